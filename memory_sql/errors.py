@@ -1,0 +1,57 @@
+"""The exceptions memory_sql raises. Every one derives from :class:`MemorySQLError`."""
+
+from __future__ import annotations
+
+
+class MemorySQLError(Exception):
+    """Root of every error raised by memory_sql."""
+
+
+class InvalidScopeError(MemorySQLError, ValueError):
+    """A tenant_id, user_id or agent_name does not match its pattern.
+
+    ``field`` names the offending argument and ``value`` holds what was given.
+    """
+
+    def __init__(self, field: str, value: object, rule: str) -> None:
+        self.field = field
+        self.value = value
+        super().__init__(f"invalid {field} {value!r}: {rule}")
+
+
+class VersionConflictError(MemorySQLError):
+    """A save named a version that is no longer the stored one: reload and re-apply."""
+
+    def __init__(self, scope: str, expected: int, actual: int | None) -> None:
+        self.scope = scope
+        self.expected = expected
+        self.actual = actual
+        found = "no stored memory" if actual is None else f"version {actual}"
+        super().__init__(f"memory {scope} changed: save expected version {expected}, found {found}")
+
+
+class DuplicateFactError(MemorySQLError, ValueError):
+    """Two facts of one memory have the same casefold key (see :func:`memory_sql.fact_key`)."""
+
+    def __init__(self, scope: str, content: str | None = None) -> None:
+        self.scope = scope
+        self.content = content
+        what = f"{content[:80]!r}" if content else "a fact"
+        super().__init__(f"memory {scope}: {what} duplicates another fact (casefold match)")
+
+
+class SchemaOutOfDateError(MemorySQLError):
+    """The database is not at the schema revision this code needs."""
+
+    def __init__(self, url: str, current: str | None, head: str) -> None:
+        self.current = current
+        self.head = head
+        at = "has no memory_sql tables" if current is None else f"is at revision {current}"
+        super().__init__(
+            f"database {url} {at}, this version of memory_sql needs {head}: "
+            f"run `memory-sql db upgrade --url {url}`"
+        )
+
+
+class StorageError(MemorySQLError):
+    """The storage backend failed (database unreachable, disk error, corrupt file)."""

@@ -1,0 +1,325 @@
+"""The memory document: typed models, fact identity, and DeerFlow's ``memory.json`` shape.
+
+A document holds what one memory scope knows about its user: three user-context sections, three
+history sections and a list of facts. Field names are snake_case; input also accepts DeerFlow's
+camelCase (``workContext``, ``createdAt``, ``sourceError``) and the seed's snake_case fact fields.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import unicodedata
+import uuid
+from datetime import datetime, timezone
+from typing import Any
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
+
+USER_SECTIONS = ("work_context", "personal_context", "top_of_mind")
+HISTORY_SECTIONS = ("recent_months", "earlier_context", "long_term_background")
+
+MAX_TEXT_CHARS = 32_000
+FACT_ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
+CATEGORY_PATTERN = re.compile(r"[a-z0-9_-]{1,32}")
+_WHITESPACE = re.compile(r"\s+")
+_SOURCE_TYPES = frozenset({"manual", "consolidation", "import", "unknown"})
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def new_fact_id() -> str:
+    return "fact_" + uuid.uuid4().hex[:12]
+
+
+def fact_key(content: str) -> str:
+    """The text two facts share when they are duplicates.
+
+    NFKC normalisation, Python's ``str.casefold()`` and whitespace folding, so ``"Straße"`` and
+    ``"STRASSE"``, or ``"Prefers  Python"`` and ``"prefers python"``, have one key.
+    """
+    folded = unicodedata.normalize("NFKC", content)
+    folded = unicodedata.normalize("NFKC", folded.casefold())
+    return _WHITESPACE.sub(" ", folded).strip()
+
+
+def fact_digest(content: str) -> str:
+    """SHA-256 hex digest of :func:`fact_key`: what the database's unique constraint compares."""
+    return hashlib.sha256(fact_key(content).encode("utf-8")).hexdigest()
+
+
+def check_text(value: str, *, max_chars: int = MAX_TEXT_CHARS) -> str:
+    """Refuse text no backend can store faithfully: NUL bytes, lone surrogates, huge strings."""
+    if "\x00" in value:
+        raise ValueError("text contains a NUL byte")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"text is not valid Unicode ({exc.reason} at {exc.start})") from None
+    if len(value) > max_chars:
+        raise ValueError(f"text is {len(value)} characters, more than {max_chars}")
+    return value
+
+
+def _as_utc(value: Any) -> Any:
+    if value in ("", None):
+        return None
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if isinstance(value, datetime):
+        return (
+            value.replace(tzinfo=timezone.utc)
+            if value.tzinfo is None
+            else value.astimezone(timezone.utc)
+        )
+    return value
+
+
+def format_timestamp(value: datetime | None) -> str:
+    """DeerFlow's timestamp format: UTC, microseconds, ``Z``; ``""`` for none."""
+    if value is None:
+        return ""
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(validate_assignment=True, populate_by_name=True, extra="ignore")
+
+
+class Section(_Model):
+    """One summary paragraph and when it was last rewritten."""
+
+    summary: str = ""
+    updated_at: datetime | None = Field(
+        default=None, validation_alias=AliasChoices("updated_at", "updatedAt")
+    )
+
+    _utc = field_validator("updated_at", mode="before")(_as_utc)
+
+    @field_validator("summary")
+    @classmethod
+    def _summary(cls, value: str) -> str:
+        return check_text(value)
+
+
+class UserContext(_Model):
+    work_context: Section = Field(
+        default_factory=Section, validation_alias=AliasChoices("work_context", "workContext")
+    )
+    personal_context: Section = Field(
+        default_factory=Section,
+        validation_alias=AliasChoices("personal_context", "personalContext"),
+    )
+    top_of_mind: Section = Field(
+        default_factory=Section, validation_alias=AliasChoices("top_of_mind", "topOfMind")
+    )
+
+
+class History(_Model):
+    recent_months: Section = Field(
+        default_factory=Section, validation_alias=AliasChoices("recent_months", "recentMonths")
+    )
+    earlier_context: Section = Field(
+        default_factory=Section,
+        validation_alias=AliasChoices("earlier_context", "earlierContext"),
+    )
+    long_term_background: Section = Field(
+        default_factory=Section,
+        validation_alias=AliasChoices("long_term_background", "longTermBackground"),
+    )
+
+
+class Fact(_Model):
+    """One durable thing known about the user.
+
+    ``content`` is stripped and non-empty; ``category`` is a lower-case label (``preference``,
+    ``correction``, …); ``confidence`` is a finite number in [0, 1]; ``source_error`` is, for a
+    correction, the mistake it corrects.
+    """
+
+    id: str = Field(default_factory=new_fact_id)
+    content: str
+    category: str = "context"
+    confidence: float = 0.5
+    source_thread_id: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("source_thread_id", "sourceThreadId", "thread_id"),
+    )
+    source_error: str | None = Field(
+        default=None, validation_alias=AliasChoices("source_error", "sourceError")
+    )
+    created_at: datetime = Field(
+        default_factory=utcnow, validation_alias=AliasChoices("created_at", "createdAt")
+    )
+    updated_at: datetime | None = Field(
+        default=None, validation_alias=AliasChoices("updated_at", "updatedAt")
+    )
+
+    _utc = field_validator("created_at", "updated_at", mode="before")(_as_utc)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _deerflow_source(cls, data: Any) -> Any:
+        # DeerFlow stores where a fact came from as ``source``: a thread id, a type name, or
+        # ``{"type": …, "threadId": …}``.
+        if not isinstance(data, dict) or "source" not in data:
+            return data
+        if any(k in data for k in ("source_thread_id", "sourceThreadId", "thread_id")):
+            return data
+        source = data["source"]
+        thread = None
+        if isinstance(source, dict):
+            thread = source.get("threadId") or source.get("thread_id")
+        elif isinstance(source, str) and source not in _SOURCE_TYPES:
+            thread = source
+        return {**data, "source_thread_id": thread}
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        if not FACT_ID_PATTERN.fullmatch(value):
+            raise ValueError("fact id must match ^[A-Za-z0-9_-]{1,64}$")
+        return value
+
+    @field_validator("content")
+    @classmethod
+    def _content(cls, value: str) -> str:
+        value = check_text(value).strip()
+        if not value:
+            raise ValueError("fact content is empty")
+        return value
+
+    @field_validator("category", mode="before")
+    @classmethod
+    def _category(cls, value: Any) -> Any:
+        if value is None:
+            return "context"
+        if isinstance(value, str):
+            value = value.strip().lower() or "context"
+            if not CATEGORY_PATTERN.fullmatch(value):
+                raise ValueError("category must match ^[a-z0-9_-]{1,32}$")
+        return value
+
+    @field_validator("confidence", mode="before")
+    @classmethod
+    def _confidence(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ValueError("confidence must be a number, not a boolean")
+        if isinstance(value, (int, float)) and not math.isfinite(value):
+            raise ValueError("confidence must be finite")
+        if isinstance(value, (int, float)) and not 0.0 <= value <= 1.0:
+            raise ValueError("confidence must be between 0 and 1")
+        return value
+
+    @field_validator("source_thread_id", "source_error")
+    @classmethod
+    def _optional_text(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        value = check_text(value, max_chars=MAX_TEXT_CHARS).strip()
+        return value or None
+
+    @property
+    def key(self) -> str:
+        return fact_key(self.content)
+
+
+class MemoryDocument(_Model):
+    """Everything one scope remembers, plus the storage ``version`` it was loaded at.
+
+    ``version`` is 0 for a memory that has never been saved; each successful save makes it one
+    higher. Pass it back as ``expected_version`` when saving.
+    """
+
+    user: UserContext = Field(default_factory=UserContext)
+    history: History = Field(default_factory=History)
+    facts: list[Fact] = Field(default_factory=list)
+    version: int = Field(default=0, ge=0)
+    last_updated: datetime | None = Field(
+        default=None, validation_alias=AliasChoices("last_updated", "lastUpdated")
+    )
+
+    _utc = field_validator("last_updated", mode="before")(_as_utc)
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _deerflow_version(cls, value: Any) -> Any:
+        # DeerFlow's "version" is a schema label such as "1.0", not a counter.
+        return 0 if isinstance(value, str) else value
+
+    def sections(self) -> dict[str, Section]:
+        """All six sections by name (``work_context`` … ``long_term_background``)."""
+        return {
+            **{name: getattr(self.user, name) for name in USER_SECTIONS},
+            **{name: getattr(self.history, name) for name in HISTORY_SECTIONS},
+        }
+
+    def is_empty(self) -> bool:
+        return not self.facts and not any(s.summary for s in self.sections().values())
+
+    def duplicate_fact(self) -> Fact | None:
+        """The first fact whose casefold key an earlier fact already has, or None."""
+        seen: set[str] = set()
+        for fact in self.facts:
+            key = fact.key
+            if key in seen:
+                return fact
+            seen.add(key)
+        return None
+
+    # DeerFlow's memory.json ------------------------------------------------------------------
+
+    def to_deerflow(self) -> dict[str, Any]:
+        """This document in DeerFlow's ``memory.json`` shape (camelCase, ``Z`` timestamps)."""
+
+        def section(s: Section) -> dict[str, str]:
+            return {"summary": s.summary, "updatedAt": format_timestamp(s.updated_at)}
+
+        def fact(f: Fact) -> dict[str, Any]:
+            out: dict[str, Any] = {
+                "id": f.id,
+                "content": f.content,
+                "category": f.category,
+                "confidence": f.confidence,
+                "createdAt": format_timestamp(f.created_at),
+                "source": f.source_thread_id or "unknown",
+            }
+            if f.updated_at is not None:
+                out["updatedAt"] = format_timestamp(f.updated_at)
+            if f.source_error:
+                out["sourceError"] = f.source_error
+            return out
+
+        return {
+            "version": "1.0",
+            "revision": self.version,
+            "lastUpdated": format_timestamp(self.last_updated),
+            "user": {
+                "workContext": section(self.user.work_context),
+                "personalContext": section(self.user.personal_context),
+                "topOfMind": section(self.user.top_of_mind),
+            },
+            "history": {
+                "recentMonths": section(self.history.recent_months),
+                "earlierContext": section(self.history.earlier_context),
+                "longTermBackground": section(self.history.long_term_background),
+            },
+            "facts": [fact(f) for f in self.facts],
+        }
+
+    @classmethod
+    def from_deerflow(cls, data: dict[str, Any] | str | bytes) -> MemoryDocument:
+        """Read DeerFlow's ``memory.json`` (a dict or its JSON text). ``version`` starts at 0.
+
+        Raises:
+            pydantic.ValidationError: the data does not have the memory.json shape.
+        """
+        if isinstance(data, (str, bytes)):
+            data = json.loads(data)
+        doc = cls.model_validate(data)
+        doc.version = 0
+        return doc

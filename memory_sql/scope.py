@@ -1,0 +1,87 @@
+"""Memory scopes: who a memory belongs to, validated before any query or path is built."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .errors import InvalidScopeError
+
+DEFAULT_TENANT = "default"
+DEFAULT_USER = "default"
+
+AGENT_PATTERN = re.compile(r"[A-Za-z0-9-]+")
+# A user or tenant id may be an e-mail address or a UUID, but never a path or a query fragment:
+# no slash, backslash, quote, whitespace or control character, and no leading dot.
+ID_PATTERN = re.compile(r"[A-Za-z0-9_@+][A-Za-z0-9_@+.-]*")
+
+MAX_AGENT_LENGTH = 64
+MAX_USER_LENGTH = 128
+MAX_TENANT_LENGTH = 64
+
+
+def _check(field: str, value: object, pattern: re.Pattern[str], max_len: int, rule: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidScopeError(field, value, f"must be a string, not {type(value).__name__}")
+    if not value:
+        raise InvalidScopeError(field, value, "must not be empty")
+    if len(value) > max_len:
+        raise InvalidScopeError(field, value[:40] + "…", f"longer than {max_len} characters")
+    if not pattern.fullmatch(value):
+        raise InvalidScopeError(field, value, rule)
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """One memory: a tenant's user, optionally narrowed to one agent.
+
+    ``agent_name`` is stored lower-cased (``Coder`` and ``coder`` share a memory, as in DeerFlow);
+    ``None`` is the memory shared by agents that have no name.
+    """
+
+    tenant_id: str
+    user_id: str
+    agent_name: str | None
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        user_id: str | None = None,
+        agent_name: str | None = None,
+        tenant_id: str | None = None,
+    ) -> Scope:
+        tenant = _check(
+            "tenant_id",
+            DEFAULT_TENANT if tenant_id is None else tenant_id,
+            ID_PATTERN,
+            MAX_TENANT_LENGTH,
+            "use letters, digits and _ @ + . - (not first: .)",
+        )
+        user = _check(
+            "user_id",
+            DEFAULT_USER if user_id is None else user_id,
+            ID_PATTERN,
+            MAX_USER_LENGTH,
+            "use letters, digits and _ @ + . - (not first: .)",
+        )
+        agent = None
+        if agent_name is not None:
+            agent = _check(
+                "agent_name",
+                agent_name,
+                AGENT_PATTERN,
+                MAX_AGENT_LENGTH,
+                "must match ^[A-Za-z0-9-]+$",
+            ).lower()
+        return cls(tenant, user, agent)
+
+    @property
+    def agent_key(self) -> str:
+        """``agent_name`` as stored: the empty string stands for no agent."""
+        return self.agent_name or ""
+
+    def __str__(self) -> str:
+        agent = self.agent_name or "-"
+        return f"{self.tenant_id}/{self.user_id}/{agent}"
