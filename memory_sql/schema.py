@@ -1,0 +1,149 @@
+"""The SQL schema as SQLAlchemy Core tables. Alembic creates it (alembic/versions/); nothing else.
+
+Every table carries ``tenant_id`` and ``user_id`` and every primary key, unique constraint and
+foreign key includes them, so the tables can be distributed on ``(tenant_id, user_id)`` by a
+sharded PostgreSQL and filtered by row-level security without a schema rewrite. ``agent_name`` is
+the empty string for the memory of unnamed agents (a valid agent name is never empty).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import (
+    CheckConstraint,
+    Column,
+    DateTime,
+    Dialect,
+    Float,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "fk": "fk_%(table_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC timestamp on both databases (SQLite keeps no zone: stored as UTC)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> Any:
+        if value is None:
+            return None
+        value = value.astimezone(timezone.utc)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc)
+
+
+def _scope_columns() -> list[Column[Any]]:
+    return [
+        Column("tenant_id", String(64), primary_key=True),
+        Column("user_id", String(128), primary_key=True),
+        Column("agent_name", String(64), primary_key=True),
+    ]
+
+
+def _scope_fk() -> ForeignKeyConstraint:
+    return ForeignKeyConstraint(
+        ["tenant_id", "user_id", "agent_name"],
+        ["memory_scopes.tenant_id", "memory_scopes.user_id", "memory_scopes.agent_name"],
+        ondelete="CASCADE",
+    )
+
+
+memory_scopes = Table(
+    "memory_scopes",
+    metadata,
+    *_scope_columns(),
+    Column("version", Integer, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    CheckConstraint("version >= 1", name="version_positive"),
+    comment="One row per memory; version counts its saves (optimistic concurrency).",
+)
+
+SECTION_NAMES = (
+    "work_context",
+    "personal_context",
+    "top_of_mind",
+    "recent_months",
+    "earlier_context",
+    "long_term_background",
+)
+
+memory_sections = Table(
+    "memory_sections",
+    metadata,
+    *_scope_columns(),
+    Column("section", String(32), primary_key=True),
+    Column("summary", Text, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=True),
+    _scope_fk(),
+    CheckConstraint(
+        "section IN (" + ", ".join(f"'{name}'" for name in SECTION_NAMES) + ")",
+        name="section_name",
+    ),
+    comment="User-context and history summaries; a missing row is an empty section.",
+)
+
+memory_facts = Table(
+    "memory_facts",
+    metadata,
+    *_scope_columns(),
+    Column("fact_id", String(64), primary_key=True),
+    Column("content", Text, nullable=False),
+    Column(
+        "content_key",
+        String(64),
+        nullable=False,
+        comment="SHA-256 of the casefold key (memory_sql.fact_key) of content",
+    ),
+    Column("category", String(32), nullable=False),
+    Column("confidence", Float, nullable=False),
+    Column("source_thread_id", String(256), nullable=True),
+    Column("source_error", Text, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    _scope_fk(),
+    CheckConstraint("confidence >= 0 AND confidence <= 1", name="confidence_range"),
+    UniqueConstraint(
+        "tenant_id", "user_id", "agent_name", "content_key", name="uq_memory_facts_content_key"
+    ),
+    Index("ix_memory_facts_tenant_category", "tenant_id", "category"),
+    Index("ix_memory_facts_tenant_created_at", "tenant_id", "created_at"),
+    Index("ix_memory_facts_tenant_updated_at", "tenant_id", "updated_at"),
+    comment="Durable facts about a user; duplicates (casefold) are impossible per scope.",
+)
+
+# Serves injection (highest confidence first) and eviction (lowest first) for one scope.
+Index(
+    "ix_memory_facts_scope_confidence",
+    memory_facts.c.tenant_id,
+    memory_facts.c.user_id,
+    memory_facts.c.agent_name,
+    memory_facts.c.confidence.desc(),
+)

@@ -1,0 +1,164 @@
+"""The storage contract every backend fulfils, and the change set a save writes."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import TracebackType
+
+from ..errors import DuplicateFactError
+from ..models import Fact, MemoryDocument, Section
+from ..scope import Scope
+
+
+class MemoryStorage(ABC):
+    """Versioned storage of memory documents, one per :class:`~memory_sql.Scope`.
+
+    Every method validates its scope arguments first and raises
+    :class:`~memory_sql.InvalidScopeError` (a ``ValueError``) naming the bad field; nothing is
+    read or written for an invalid scope. ``tenant_id`` and ``user_id`` default to ``"default"``;
+    ``agent_name=None`` is the memory of unnamed agents. Implementations are safe to share
+    between threads.
+    """
+
+    def load(
+        self,
+        *,
+        user_id: str | None = None,
+        agent_name: str | None = None,
+        tenant_id: str | None = None,
+    ) -> MemoryDocument:
+        """The stored document of a scope, with its ``version``.
+
+        A scope with nothing stored gives an empty document at version 0. Facts come ordered by
+        ``created_at``, then ``id``. The document returned is the caller's to change: it shares
+        nothing with the backend's cache.
+
+        Raises:
+            InvalidScopeError: a scope argument is malformed.
+            StorageError: the backend could not be read (database down, corrupt file).
+        """
+        return self._load(Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=tenant_id))
+
+    def save(
+        self,
+        doc: MemoryDocument,
+        *,
+        user_id: str | None = None,
+        agent_name: str | None = None,
+        tenant_id: str | None = None,
+        expected_version: int | None = None,
+    ) -> int:
+        """Store ``doc`` as the scope's memory if its stored version is still ``expected_version``.
+
+        ``expected_version`` defaults to ``doc.version``. The save is all or nothing; facts new
+        or changed since ``expected_version`` get ``updated_at`` set to now. A document equal to
+        what is stored writes nothing and keeps the version. ``doc`` itself is not modified.
+
+        Returns:
+            The new stored version: ``expected_version + 1``, or ``expected_version`` when
+            nothing changed.
+
+        Raises:
+            VersionConflictError: the stored version is no longer ``expected_version``; load
+                again, re-apply the change, and save with the new version.
+            DuplicateFactError: two facts of ``doc`` have the same casefold key.
+            ValueError: two facts of ``doc`` share an ``id``.
+            InvalidScopeError: a scope argument is malformed.
+            StorageError: the backend could not be written; nothing was stored.
+        """
+        scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=tenant_id)
+        expected = doc.version if expected_version is None else expected_version
+        if expected < 0:
+            raise ValueError(f"expected_version must be >= 0, not {expected}")
+        ids = [fact.id for fact in doc.facts]
+        if len(set(ids)) != len(ids):
+            repeated = next(i for i in ids if ids.count(i) > 1)
+            raise ValueError(f"memory {scope}: fact id {repeated!r} appears twice")
+        return self._save(scope, doc, expected)
+
+    def close(self) -> None:  # noqa: B027 - backends with nothing to release need not override
+        """Release connections and files. The storage must not be used afterwards."""
+
+    def __enter__(self) -> MemoryStorage:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @abstractmethod
+    def _load(self, scope: Scope) -> MemoryDocument: ...
+
+    @abstractmethod
+    def _save(self, scope: Scope, doc: MemoryDocument, expected_version: int) -> int: ...
+
+
+@dataclass
+class Changes:
+    """What a save must write to turn the stored document ``base`` into ``doc``."""
+
+    inserted: list[Fact] = field(default_factory=list)
+    updated: list[Fact] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    sections: dict[str, Section] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.inserted or self.updated or self.deleted or self.sections)
+
+
+_FACT_FIELDS = ("content", "category", "confidence", "source_thread_id", "source_error")
+
+
+def diff_documents(base: MemoryDocument, doc: MemoryDocument, now: datetime) -> Changes:
+    """The change set from ``base`` to ``doc``, with ``updated_at`` stamped ``now`` on new and
+    changed facts. Raises :class:`DuplicateFactError` for two facts of ``doc`` with one key."""
+    stored = {fact.id: fact for fact in base.facts}
+    changes = Changes()
+    for fact in doc.facts:
+        old = stored.pop(fact.id, None)
+        if old is None:
+            changes.inserted.append(fact.model_copy(update={"updated_at": now}))
+        elif any(getattr(fact, name) != getattr(old, name) for name in _FACT_FIELDS):
+            changes.updated.append(
+                fact.model_copy(update={"updated_at": now, "created_at": old.created_at})
+            )
+    changes.deleted = list(stored)
+    base_sections = base.sections()
+    for name, section in doc.sections().items():
+        before = base_sections[name]
+        if section != before:
+            stamp = section.updated_at if section.updated_at != before.updated_at else now
+            changes.sections[name] = section.model_copy(update={"updated_at": stamp})
+    return changes
+
+
+def check_duplicates(scope: Scope, doc: MemoryDocument) -> None:
+    duplicate = doc.duplicate_fact()
+    if duplicate is not None:
+        raise DuplicateFactError(str(scope), duplicate.content)
+
+
+def apply_changes(base: MemoryDocument, changes: Changes, version: int) -> MemoryDocument:
+    """``base`` with ``changes`` applied, at ``version``: what the store now holds."""
+    facts = {fact.id: fact for fact in base.facts}
+    for fact_id in changes.deleted:
+        del facts[fact_id]
+    for fact in (*changes.updated, *changes.inserted):
+        facts[fact.id] = fact
+    result = base.model_copy(deep=True)
+    result.facts = sort_facts(facts.values())
+    for name, section in changes.sections.items():
+        group = result.user if hasattr(result.user, name) else result.history
+        setattr(group, name, section)
+    result.version = version
+    return result
+
+
+def sort_facts(facts: object) -> list[Fact]:
+    return sorted(facts, key=lambda f: (f.created_at, f.id))  # type: ignore[attr-defined]

@@ -1,0 +1,288 @@
+"""The SQL store: PostgreSQL (psycopg 3) and SQLite through one SQLAlchemy Core implementation."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import URL, Connection, Engine
+
+from ..database import redacted
+from ..errors import DuplicateFactError, StorageError, VersionConflictError
+from ..migrations import ensure_at_head, open_engine
+from ..models import Fact, MemoryDocument, Section, fact_digest, utcnow
+from ..schema import memory_facts, memory_scopes, memory_sections
+from ..scope import Scope
+from .base import Changes, MemoryStorage, apply_changes, diff_documents
+
+_FACT_COLUMNS = (
+    memory_facts.c.fact_id,
+    memory_facts.c.content,
+    memory_facts.c.category,
+    memory_facts.c.confidence,
+    memory_facts.c.source_thread_id,
+    memory_facts.c.source_error,
+    memory_facts.c.created_at,
+    memory_facts.c.updated_at,
+)
+
+
+def _where(table: sa.Table, scope: Scope) -> sa.ColumnElement[bool]:
+    return sa.and_(
+        table.c.tenant_id == scope.tenant_id,
+        table.c.user_id == scope.user_id,
+        table.c.agent_name == scope.agent_key,
+    )
+
+
+def _scope_values(scope: Scope) -> dict[str, str]:
+    return {"tenant_id": scope.tenant_id, "user_id": scope.user_id, "agent_name": scope.agent_key}
+
+
+def _fact_row(scope: Scope, fact: Fact) -> dict[str, Any]:
+    return {
+        **_scope_values(scope),
+        "fact_id": fact.id,
+        "content": fact.content,
+        "content_key": fact_digest(fact.content),
+        "category": fact.category,
+        "confidence": fact.confidence,
+        "source_thread_id": fact.source_thread_id,
+        "source_error": fact.source_error,
+        "created_at": fact.created_at,
+        "updated_at": fact.updated_at,
+    }
+
+
+def _insert_ignoring_conflict(dialect: str) -> Any:
+    if dialect == "postgresql":
+        return postgresql.insert(memory_scopes).on_conflict_do_nothing()
+    return sqlite.insert(memory_scopes).on_conflict_do_nothing()
+
+
+class SQLStorage(MemoryStorage):
+    """:class:`MemoryStorage` on PostgreSQL or SQLite.
+
+    Takes a URL (the engine is created here and disposed by :meth:`close`) or an ``Engine`` the
+    caller owns. The schema must be at the migration head (``memory-sql db upgrade``).
+
+    Loaded documents are cached per process: a load costs one primary-key read of the stored
+    version while the memory is unchanged. A save locks the scope row by moving its version
+    forward (``UPDATE … WHERE version = expected``), so of two racing saves exactly one wins and
+    the other raises :class:`VersionConflictError`; then it writes only the rows that changed.
+    """
+
+    def __init__(self, engine_or_url: Engine | str | URL) -> None:
+        if isinstance(engine_or_url, Engine):
+            ensure_at_head(engine_or_url)
+            self.engine = engine_or_url
+            self._owns_engine = False
+        else:
+            self.engine = open_engine(engine_or_url)
+            self._owns_engine = True
+        self._write_options = (
+            {"sqlite_begin": "IMMEDIATE"} if self.engine.dialect.name == "sqlite" else {}
+        )
+        self._read_options = (
+            {"isolation_level": "REPEATABLE READ"}
+            if self.engine.dialect.name == "postgresql"
+            else {}
+        )
+        self._cache: dict[Scope, MemoryDocument] = {}
+        self._cache_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"SQLStorage({redacted(self.engine.url)!r})"
+
+    def close(self) -> None:
+        with self._cache_lock:
+            self._cache.clear()
+        if self._owns_engine:
+            self.engine.dispose()
+
+    # load ------------------------------------------------------------------------------------
+
+    def _load(self, scope: Scope) -> MemoryDocument:
+        with self._errors(scope):
+            with self.engine.connect() as conn:
+                version = conn.execute(
+                    sa.select(memory_scopes.c.version).where(_where(memory_scopes, scope))
+                ).scalar()
+            if version is None:
+                self._forget(scope)
+                return MemoryDocument()
+            cached = self._cached(scope)
+            if cached is not None and cached.version == version:
+                return cached.model_copy(deep=True)
+            doc = self._read(scope)
+        self._remember(scope, doc)
+        return doc.model_copy(deep=True)
+
+    def _read(self, scope: Scope) -> MemoryDocument:
+        """The whole stored document, read in one consistent snapshot."""
+        with self.engine.connect().execution_options(**self._read_options) as conn:
+            with conn.begin():
+                head = conn.execute(
+                    sa.select(memory_scopes.c.version, memory_scopes.c.updated_at).where(
+                        _where(memory_scopes, scope)
+                    )
+                ).first()
+                if head is None:
+                    return MemoryDocument()
+                return self._read_rows(conn, scope, head.version, head.updated_at)
+
+    def _read_rows(
+        self, conn: Connection, scope: Scope, version: int, last_updated: Any
+    ) -> MemoryDocument:
+        doc = MemoryDocument(version=version, last_updated=last_updated)
+        sections = conn.execute(
+            sa.select(
+                memory_sections.c.section, memory_sections.c.summary, memory_sections.c.updated_at
+            ).where(_where(memory_sections, scope))
+        )
+        for name, summary, updated_at in sections:
+            group = doc.user if hasattr(doc.user, name) else doc.history
+            setattr(group, name, Section(summary=summary, updated_at=updated_at))
+        rows = conn.execute(
+            sa.select(*_FACT_COLUMNS)
+            .where(_where(memory_facts, scope))
+            .order_by(memory_facts.c.created_at, memory_facts.c.fact_id)
+        )
+        doc.facts = [
+            Fact(
+                id=row.fact_id,
+                content=row.content,
+                category=row.category,
+                confidence=row.confidence,
+                source_thread_id=row.source_thread_id,
+                source_error=row.source_error,
+                created_at=row.created_at,
+                updated_at=row.updated_at,
+            )
+            for row in rows
+        ]
+        return doc
+
+    # save ------------------------------------------------------------------------------------
+
+    def _save(self, scope: Scope, doc: MemoryDocument, expected_version: int) -> int:
+        now = utcnow()
+        with self._errors(scope, doc):
+            with self.engine.connect().execution_options(**self._write_options) as conn:
+                with conn.begin() as transaction:
+                    base = self._claim(conn, scope, expected_version, now)
+                    changes = diff_documents(base, doc, now)
+                    if not changes:
+                        transaction.rollback()
+                        return expected_version
+                    self._write(conn, scope, changes)
+                new_version = expected_version + 1
+        stored = apply_changes(base, changes, new_version)
+        stored.last_updated = now
+        self._remember(scope, stored)
+        return new_version
+
+    def _claim(
+        self, conn: Connection, scope: Scope, expected_version: int, now: Any
+    ) -> MemoryDocument:
+        """Move the scope's version past ``expected_version`` (locking the row until commit)
+        and return the document as stored at ``expected_version``."""
+        if expected_version == 0:
+            insert = _insert_ignoring_conflict(self.engine.dialect.name).values(
+                **_scope_values(scope), version=1, created_at=now, updated_at=now
+            )
+            if conn.execute(insert).rowcount != 1:
+                self._conflict(conn, scope, expected_version)
+            return MemoryDocument()
+        updated = conn.execute(
+            sa.update(memory_scopes)
+            .where(_where(memory_scopes, scope), memory_scopes.c.version == expected_version)
+            .values(version=memory_scopes.c.version + 1, updated_at=now)
+        )
+        if updated.rowcount != 1:
+            self._conflict(conn, scope, expected_version)
+        cached = self._cached(scope)
+        if cached is not None and cached.version == expected_version:
+            return cached
+        return self._read_rows(conn, scope, expected_version, None)
+
+    def _conflict(self, conn: Connection, scope: Scope, expected_version: int) -> None:
+        actual = conn.execute(
+            sa.select(memory_scopes.c.version).where(_where(memory_scopes, scope))
+        ).scalar()
+        raise VersionConflictError(str(scope), expected_version, actual)
+
+    def _write(self, conn: Connection, scope: Scope, changes: Changes) -> None:
+        # Deletes and updates go before inserts, so a fact may take over the content of one
+        # removed in the same save without tripping the unique constraint.
+        if changes.deleted:
+            conn.execute(
+                sa.delete(memory_facts).where(
+                    _where(memory_facts, scope), memory_facts.c.fact_id.in_(changes.deleted)
+                )
+            )
+        for fact in changes.updated:
+            row = _fact_row(scope, fact)
+            conn.execute(
+                sa.update(memory_facts)
+                .where(_where(memory_facts, scope), memory_facts.c.fact_id == fact.id)
+                .values({k: v for k, v in row.items() if k not in ("fact_id", "created_at")})
+            )
+        if changes.inserted:
+            conn.execute(
+                sa.insert(memory_facts), [_fact_row(scope, fact) for fact in changes.inserted]
+            )
+        for name, section in changes.sections.items():
+            conn.execute(
+                sa.delete(memory_sections).where(
+                    _where(memory_sections, scope), memory_sections.c.section == name
+                )
+            )
+            if section.summary or section.updated_at is not None:
+                conn.execute(
+                    sa.insert(memory_sections).values(
+                        **_scope_values(scope),
+                        section=name,
+                        summary=section.summary,
+                        updated_at=section.updated_at,
+                    )
+                )
+
+    # cache and errors ------------------------------------------------------------------------
+
+    def _cached(self, scope: Scope) -> MemoryDocument | None:
+        with self._cache_lock:
+            return self._cache.get(scope)
+
+    def _remember(self, scope: Scope, doc: MemoryDocument) -> None:
+        with self._cache_lock:
+            current = self._cache.get(scope)
+            if current is None or current.version <= doc.version:
+                self._cache[scope] = doc
+
+    def _forget(self, scope: Scope) -> None:
+        with self._cache_lock:
+            self._cache.pop(scope, None)
+
+    @contextmanager
+    def _errors(self, scope: Scope, doc: MemoryDocument | None = None) -> Iterator[None]:
+        """The one place database errors become memory_sql errors."""
+        try:
+            yield
+        except sa_exc.IntegrityError as exc:
+            if "content_key" in str(exc.orig):
+                duplicate = doc.duplicate_fact() if doc is not None else None
+                content = duplicate.content if duplicate is not None else None
+                raise DuplicateFactError(str(scope), content) from exc
+            raise StorageError(
+                f"memory {scope}: the database refused the save: {exc.orig}"
+            ) from exc
+        except sa_exc.DBAPIError as exc:
+            raise StorageError(
+                f"memory {scope}: database {redacted(self.engine.url)} failed: {exc.orig}"
+            ) from exc
