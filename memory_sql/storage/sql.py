@@ -125,16 +125,16 @@ class SQLStorage(MemoryStorage):
 
     def _read(self, scope: Scope) -> MemoryDocument:
         """The whole stored document, read in one consistent snapshot."""
-        with self.engine.connect().execution_options(**self._read_options) as conn:
-            with conn.begin():
-                head = conn.execute(
-                    sa.select(memory_scopes.c.version, memory_scopes.c.updated_at).where(
-                        _where(memory_scopes, scope)
-                    )
-                ).first()
-                if head is None:
-                    return MemoryDocument()
-                return self._read_rows(conn, scope, head.version, head.updated_at)
+        connection = self.engine.connect().execution_options(**self._read_options)
+        with connection as conn, conn.begin():
+            head = conn.execute(
+                sa.select(memory_scopes.c.version, memory_scopes.c.updated_at).where(
+                    _where(memory_scopes, scope)
+                )
+            ).first()
+            if head is None:
+                return MemoryDocument()
+            return self._read_rows(conn, scope, head.version, head.updated_at)
 
     def _read_rows(
         self, conn: Connection, scope: Scope, version: int, last_updated: Any
@@ -172,16 +172,15 @@ class SQLStorage(MemoryStorage):
 
     def _save(self, scope: Scope, doc: MemoryDocument, expected_version: int) -> int:
         now = utcnow()
-        with self._errors(scope, doc):
-            with self.engine.connect().execution_options(**self._write_options) as conn:
-                with conn.begin() as transaction:
-                    base = self._claim(conn, scope, expected_version, now)
-                    changes = diff_documents(base, doc, now)
-                    if not changes:
-                        transaction.rollback()
-                        return expected_version
-                    self._write(conn, scope, changes)
-                new_version = expected_version + 1
+        connection = self.engine.connect().execution_options(**self._write_options)
+        with self._errors(scope, doc), connection as conn, conn.begin() as transaction:
+            base = self._claim(conn, scope, expected_version, now)
+            changes = diff_documents(base, doc, now)
+            if not changes:
+                transaction.rollback()
+                return expected_version
+            self._write(conn, scope, changes)
+        new_version = expected_version + 1
         stored = apply_changes(base, changes, new_version)
         stored.last_updated = now
         self._remember(scope, stored)
