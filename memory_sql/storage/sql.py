@@ -125,8 +125,7 @@ class SQLStorage(MemoryStorage):
 
     def _read(self, scope: Scope) -> MemoryDocument:
         """The whole stored document, read in one consistent snapshot."""
-        connection = self.engine.connect().execution_options(**self._read_options)
-        with connection as conn, conn.begin():
+        with self._transaction(scope) as conn:
             head = conn.execute(
                 sa.select(memory_scopes.c.version, memory_scopes.c.updated_at).where(
                     _where(memory_scopes, scope)
@@ -172,12 +171,11 @@ class SQLStorage(MemoryStorage):
 
     def _save(self, scope: Scope, doc: MemoryDocument, expected_version: int) -> int:
         now = utcnow()
-        connection = self.engine.connect().execution_options(**self._write_options)
-        with self._errors(scope, doc), connection as conn, conn.begin() as transaction:
+        with self._transaction(scope, write=doc) as conn:
             base = self._claim(conn, scope, expected_version, now)
             changes = diff_documents(base, doc, now)
             if not changes:
-                transaction.rollback()
+                conn.rollback()
                 return expected_version
             self._write(conn, scope, changes)
         new_version = expected_version + 1
@@ -192,10 +190,12 @@ class SQLStorage(MemoryStorage):
         """Move the scope's version past ``expected_version`` (locking the row until commit)
         and return the document as stored at ``expected_version``."""
         if expected_version == 0:
-            insert = _insert_ignoring_conflict(self.engine.dialect.name).values(
-                **_scope_values(scope), version=1, created_at=now, updated_at=now
+            insert = (
+                _insert_ignoring_conflict(self.engine.dialect.name)
+                .values(**_scope_values(scope), version=1, created_at=now, updated_at=now)
+                .returning(memory_scopes.c.version)
             )
-            if conn.execute(insert).rowcount != 1:
+            if conn.execute(insert).first() is None:
                 self._conflict(conn, scope, expected_version)
             return MemoryDocument()
         updated = conn.execute(
@@ -267,6 +267,18 @@ class SQLStorage(MemoryStorage):
     def _forget(self, scope: Scope) -> None:
         with self._cache_lock:
             self._cache.pop(scope, None)
+
+    @contextmanager
+    def _transaction(
+        self, scope: Scope, *, write: MemoryDocument | None = None
+    ) -> Iterator[Connection]:
+        """A connection in a transaction: a snapshot read, or (``write``: the document being
+        saved) a write that holds SQLite's write lock from its start."""
+        options = self._read_options if write is None else self._write_options
+        with self._errors(scope, write):
+            connection = self.engine.connect().execution_options(**options)
+            with connection as conn, conn.begin():
+                yield conn
 
     @contextmanager
     def _errors(self, scope: Scope, doc: MemoryDocument | None = None) -> Iterator[None]:

@@ -1,0 +1,82 @@
+"""Alembic alone makes the schema: up from empty, down to base, up again, and no drift."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from alembic.script import ScriptDirectory
+
+from memory_sql import migrations
+from memory_sql.database import create_engine
+
+TABLES = {"memory_scopes", "memory_sections", "memory_facts"}
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def empty_engine(request: pytest.FixtureRequest, tmp_path):
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'fresh.db'}"
+    else:
+        url = request.getfixturevalue("new_pg_database")()
+    engine = create_engine(url)
+    yield engine
+    assert "Checked out connections: 0" in engine.pool.status()
+    engine.dispose()
+
+
+def _tables(engine: sa.Engine) -> set[str]:
+    return set(sa.inspect(engine).get_table_names()) - {"alembic_version"}
+
+
+def test_empty_to_head_to_base_to_head(empty_engine):
+    assert migrations.current_revision(empty_engine) is None
+    assert _tables(empty_engine) == set()
+
+    migrations.upgrade(empty_engine)
+    assert migrations.current_revision(empty_engine) == migrations.head_revision()
+    assert _tables(empty_engine) >= TABLES
+    assert migrations.check(empty_engine) is None
+
+    migrations.downgrade(empty_engine, "base")
+    assert migrations.current_revision(empty_engine) is None
+    assert _tables(empty_engine) == set()
+
+    migrations.upgrade(empty_engine)
+    migrations.ensure_at_head(empty_engine)
+    assert migrations.check(empty_engine) is None
+
+
+def test_check_reports_drift(empty_engine):
+    migrations.upgrade(empty_engine)
+    with empty_engine.begin() as conn:
+        conn.execute(sa.text("CREATE INDEX ix_stray ON memory_facts (source_thread_id)"))
+    drift = migrations.check(empty_engine)
+    assert drift is not None and "ix_stray" in drift
+
+
+def test_the_schema_has_the_indexes_reporting_and_injection_need(empty_engine):
+    migrations.upgrade(empty_engine)
+    inspector = sa.inspect(empty_engine)
+    indexes = {ix["name"]: ix["column_names"] for ix in inspector.get_indexes("memory_facts")}
+    assert indexes["ix_memory_facts_tenant_category"] == ["tenant_id", "category"]
+    assert indexes["ix_memory_facts_tenant_created_at"] == ["tenant_id", "created_at"]
+    assert "ix_memory_facts_scope_confidence" in indexes
+    uniques = inspector.get_unique_constraints("memory_facts")
+    assert [u["column_names"] for u in uniques] == [
+        ["tenant_id", "user_id", "agent_name", "content_key"]
+    ]
+    for table in TABLES:
+        pk = inspector.get_pk_constraint(table)["constrained_columns"]
+        assert pk[:2] == ["tenant_id", "user_id"], (table, pk)
+        for column in inspector.get_columns(table):
+            assert "JSON" not in str(column["type"]).upper(), (table, column)
+
+
+def test_migrations_form_one_line_named_by_revision():
+    script = ScriptDirectory.from_config(migrations.alembic_config())
+    revisions = list(script.walk_revisions())
+    assert len(script.get_heads()) == 1
+    assert revisions[-1].down_revision is None
+    assert all(Path(r.path).name.startswith(f"{r.revision}_") for r in revisions)

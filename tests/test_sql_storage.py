@@ -1,0 +1,187 @@
+"""What only the SQL store promises: constraints in the database itself, the version-checked
+cache, the schema check at open, and clean errors when the database is down."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy import event
+
+from memory_sql import Fact, SchemaOutOfDateError, StorageError
+from memory_sql.database import create_engine
+from memory_sql.models import fact_digest
+from memory_sql.schema import memory_facts, memory_scopes
+from memory_sql.storage import SQLStorage, open_storage
+
+
+@pytest.fixture(params=["sqlite", pytest.param("pg", id="postgresql", marks=pytest.mark.postgres)])
+def sql_url(request: pytest.FixtureRequest) -> str:
+    return request.getfixturevalue(f"{request.param}_url")
+
+
+@pytest.fixture
+def store(sql_url):
+    storage = open_storage(sql_url)
+    assert isinstance(storage, SQLStorage)
+    yield storage
+    assert "Checked out connections: 0" in storage.engine.pool.status()
+    storage.close()
+
+
+class Statements:
+    """Counts the SQL statements an engine runs."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self.seen: list[str] = []
+        event.listen(engine, "before_cursor_execute", self._record)
+        self.engine = engine
+
+    def _record(self, conn, cursor, statement, parameters, context, executemany) -> None:
+        self.seen.append(statement)
+
+    def close(self) -> None:
+        event.remove(self.engine, "before_cursor_execute", self._record)
+
+
+def _raw_fact(scope: dict, fact_id: str, content: str) -> dict:
+    now = dt.datetime.now(dt.timezone.utc)
+    return {
+        "tenant_id": "default",
+        "user_id": scope["user_id"],
+        "agent_name": scope["agent_name"],
+        "fact_id": fact_id,
+        "content": content,
+        "content_key": fact_digest(content),
+        "category": "context",
+        "confidence": 0.5,
+        "created_at": now,
+        "updated_at": now,
+    }
+
+
+@pytest.mark.parametrize(
+    ("first", "second"), [("Straße", "STRASSE"), ("Prefers Python", "PREFERS PYTHON")]
+)
+def test_the_database_itself_refuses_casefold_duplicates(store, scope, first, second):
+    doc = store.load(**scope)
+    doc.facts = [Fact(content=first)]
+    store.save(doc, **scope)
+    with pytest.raises(sa.exc.IntegrityError), store.engine.begin() as conn:
+        conn.execute(sa.insert(memory_facts).values(_raw_fact(scope, "raw-1", second)))
+    assert [f.content for f in store.load(**scope).facts] == [first]
+
+
+def test_the_database_refuses_confidence_out_of_range(store, scope):
+    doc = store.load(**scope)
+    doc.facts = [Fact(content="anything")]
+    store.save(doc, **scope)
+    row = _raw_fact(scope, "raw-2", "other") | {"confidence": 1.5}
+    with pytest.raises(sa.exc.IntegrityError), store.engine.begin() as conn:
+        conn.execute(sa.insert(memory_facts).values(row))
+
+
+def test_facts_cannot_exist_without_their_scope(store, scope):
+    with pytest.raises(sa.exc.IntegrityError), store.engine.begin() as conn:
+        conn.execute(sa.insert(memory_facts).values(_raw_fact(scope, "orphan", "orphan fact")))
+
+
+def test_a_10kb_fact_fits_the_unique_index(store, scope):
+    doc = store.load(**scope)
+    doc.facts = [Fact(content="é" * 12_000), Fact(content="É" * 12_000 + " ")]
+    with pytest.raises(Exception) as caught:
+        store.save(doc, **scope)
+    assert type(caught.value).__name__ == "DuplicateFactError"
+    doc.facts.pop()
+    store.save(doc, **scope)
+    assert len(store.load(**scope).facts[0].content) == 12_000
+
+
+def test_an_unchanged_memory_costs_one_primary_key_read(store, scope):
+    doc = store.load(**scope)
+    doc.facts = [Fact(content=f"fact {i}") for i in range(20)]
+    store.save(doc, **scope)
+    counter = Statements(store.engine)
+    try:
+        loaded = store.load(**scope)
+    finally:
+        counter.close()
+    assert len(loaded.facts) == 20
+    selects = [s for s in counter.seen if s.lstrip().upper().startswith("SELECT")]
+    assert len(selects) == 1, counter.seen
+    assert "memory_scopes" in selects[0] and "memory_facts" not in selects[0]
+
+
+def test_the_cache_sees_writes_from_another_process_store(store, sql_url, scope):
+    doc = store.load(**scope)
+    doc.facts = [Fact(content="original")]
+    store.save(doc, **scope)
+    assert [f.content for f in store.load(**scope).facts] == ["original"]
+    with open_storage(sql_url) as other:
+        theirs = other.load(**scope)
+        theirs.facts.append(Fact(content="added elsewhere"))
+        other.save(theirs, **scope)
+    assert sorted(f.content for f in store.load(**scope).facts) == ["added elsewhere", "original"]
+
+
+def test_a_save_writes_only_the_rows_that_changed(store, scope):
+    doc = store.load(**scope)
+    doc.facts = [Fact(content=f"fact {i}") for i in range(50)]
+    store.save(doc, **scope)
+    doc = store.load(**scope)
+    doc.facts.append(Fact(content="one more"))
+    counter = Statements(store.engine)
+    try:
+        store.save(doc, **scope)
+    finally:
+        counter.close()
+    writes = [
+        s for s in counter.seen if s.lstrip().split()[0].upper() in ("INSERT", "UPDATE", "DELETE")
+    ]
+    assert len(writes) == 2, writes  # the version bump and one fact row
+    assert any("memory_facts" in s and s.lstrip().upper().startswith("INSERT") for s in writes)
+    reads = [
+        s for s in counter.seen if "memory_facts" in s and s.lstrip().upper().startswith("SELECT")
+    ]
+    assert reads == []  # the base came from the cache
+
+
+def test_a_save_from_a_cold_cache_reads_the_base_in_the_transaction(sql_url, scope):
+    with open_storage(sql_url) as writer:
+        doc = writer.load(**scope)
+        doc.facts = [Fact(content="kept"), Fact(content="dropped")]
+        writer.save(doc, **scope)
+        doc = writer.load(**scope)
+    doc.facts = [f for f in doc.facts if f.content == "kept"] + [Fact(content="new")]
+    with open_storage(sql_url) as cold:
+        assert cold.save(doc, **scope) == 2
+    with open_storage(sql_url) as reader:
+        assert sorted(f.content for f in reader.load(**scope).facts) == ["kept", "new"]
+
+
+def test_opening_a_database_that_is_not_migrated_names_the_fix(tmp_path):
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    with pytest.raises(SchemaOutOfDateError, match="memory-sql db upgrade"):
+        open_storage(url)
+
+
+def test_a_database_that_is_down_gives_a_storage_error():
+    engine = create_engine("postgresql+psycopg://postgres@127.0.0.1:1/none")
+    with pytest.raises(StorageError, match="127.0.0.1:1"):
+        SQLStorage(engine)
+    engine.dispose()
+
+
+def test_a_broken_table_gives_a_storage_error_and_keeps_the_scope(sqlite_url, scope):
+    with open_storage(sqlite_url) as store:
+        doc = store.load(**scope)
+        doc.facts = [Fact(content="before the outage")]
+        store.save(doc, **scope)
+        with store.engine.begin() as conn:
+            conn.execute(sa.text("DROP TABLE memory_facts"))
+        with pytest.raises(StorageError, match="memory_facts"):
+            store.save(store.load(**scope).model_copy(update={"facts": []}), **scope)
+        with store.engine.connect() as conn:
+            version = conn.execute(sa.select(memory_scopes.c.version)).scalar()
+        assert version == 1
