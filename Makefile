@@ -1,0 +1,28 @@
+# `make demo` and `make test` set everything up from a fresh clone (a virtualenv in .venv).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test lint bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+demo: $(VENV)/.installed  ## store and show a sample memory on the embedded SQLite default
+	$(BIN)/memory-sql demo
+
+test: lint  ## lint, then the whole suite (SQLite, PostgreSQL on 127.0.0.1:5432, files)
+	$(BIN)/pytest
+
+lint: $(VENV)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+bench: $(VENV)/.installed  ## side-by-side benchmarks; they print ratios
+	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache memory_sql_demo.db*
