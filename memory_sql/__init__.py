@@ -1,13 +1,25 @@
-"""memory_sql: long-term memory for LLM agents, stored in PostgreSQL or SQLite."""
+"""memory_sql: long-term memory for LLM agents, stored in PostgreSQL or SQLite.
+
+The public API is exactly what this module exports; every other module is private.
+"""
 
 from __future__ import annotations
 
+from .config import MemoryConfig as MemoryConfig
+from .errors import ConfigError as ConfigError
 from .errors import DuplicateFactError as DuplicateFactError
+from .errors import InvalidMessageError as InvalidMessageError
 from .errors import InvalidScopeError as InvalidScopeError
 from .errors import MemorySQLError as MemorySQLError
 from .errors import SchemaOutOfDateError as SchemaOutOfDateError
 from .errors import StorageError as StorageError
 from .errors import VersionConflictError as VersionConflictError
+from .injection import format_memory_for_injection as format_memory_for_injection
+from .injection import render_memory_block as render_memory_block
+from .intake import filter_messages_for_memory as filter_messages_for_memory
+from .intake import has_minimum_dialogue as has_minimum_dialogue
+from .messages import Message as Message
+from .messages import normalize_messages as normalize_messages
 from .models import Fact as Fact
 from .models import History as History
 from .models import MemoryDocument as MemoryDocument
@@ -15,19 +27,46 @@ from .models import Section as Section
 from .models import UserContext as UserContext
 from .models import fact_key as fact_key
 from .scope import Scope as Scope
+from .signals import Signals as Signals
+from .signals import detect_correction as detect_correction
+from .signals import detect_reinforcement as detect_reinforcement
+from .signals import detect_signals as detect_signals
+from .storage import MemoryStorage as MemoryStorage
+from .storage import open_storage as open_storage
+from .tokens import TokenCounter as TokenCounter
+from .tokens import make_token_counter as make_token_counter
+from .uploads import strip_upload_mentions as strip_upload_mentions
 
 __all__ = [
+    "ConfigError",
     "DuplicateFactError",
     "Fact",
     "History",
+    "InvalidMessageError",
     "InvalidScopeError",
+    "MemoryConfig",
     "MemoryDocument",
     "MemorySQLError",
+    "MemoryStorage",
+    "Message",
     "SchemaOutOfDateError",
     "Scope",
     "Section",
+    "Signals",
     "StorageError",
+    "TokenCounter",
     "UserContext",
     "VersionConflictError",
+    "detect_correction",
+    "detect_reinforcement",
+    "detect_signals",
     "fact_key",
+    "filter_messages_for_memory",
+    "format_memory_for_injection",
+    "has_minimum_dialogue",
+    "make_token_counter",
+    "normalize_messages",
+    "open_storage",
+    "render_memory_block",
+    "strip_upload_mentions",
 ]

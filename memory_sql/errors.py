@@ -55,3 +55,38 @@ class SchemaOutOfDateError(MemorySQLError):
 
 class StorageError(MemorySQLError):
     """The storage backend failed (database unreachable, disk error, corrupt file)."""
+
+
+class InvalidMessageError(MemorySQLError, ValueError):
+    """A conversation message is not one memory_sql can read.
+
+    ``index`` is the message's position in the list given (``None`` when the list itself is
+    wrong) and ``problem`` says what is wrong with it.
+    """
+
+    def __init__(self, index: int | None, problem: str) -> None:
+        self.index = index
+        self.problem = problem
+        where = "messages" if index is None else f"message {index}"
+        super().__init__(f"{where}: {problem}")
+
+
+class ConfigError(MemorySQLError, ValueError):
+    """A setting, a config file or a pattern file is invalid.
+
+    The message names the offending key (``key``) or file (``path``, with ``line`` when known)
+    and says what is allowed. Secret values are never part of it.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        key: str | None = None,
+        path: str | None = None,
+        line: int | None = None,
+    ) -> None:
+        self.key = key
+        self.path = path
+        self.line = line
+        super().__init__(message)

@@ -107,6 +107,8 @@ class Section(_Model):
 
 
 class UserContext(_Model):
+    """What the user is: work, personal life, and what is on their mind now."""
+
     work_context: Section = Field(
         default_factory=Section, validation_alias=AliasChoices("work_context", "workContext")
     )
@@ -120,6 +122,8 @@ class UserContext(_Model):
 
 
 class History(_Model):
+    """What the user has been doing: recent months, earlier context, long-term background."""
+
     recent_months: Section = Field(
         default_factory=Section, validation_alias=AliasChoices("recent_months", "recentMonths")
     )
@@ -250,6 +254,21 @@ class MemoryDocument(_Model):
     def _deerflow_version(cls, value: Any) -> Any:
         # DeerFlow's "version" is a schema label such as "1.0", not a counter.
         return 0 if isinstance(value, str) else value
+
+    def clone(self) -> MemoryDocument:
+        """A copy that shares nothing mutable with this one, much cheaper than a deep copy
+        (the fields of facts and sections are immutable values)."""
+        return MemoryDocument.model_construct(
+            user=UserContext.model_construct(
+                **{name: getattr(self.user, name).model_copy() for name in USER_SECTIONS}
+            ),
+            history=History.model_construct(
+                **{name: getattr(self.history, name).model_copy() for name in HISTORY_SECTIONS}
+            ),
+            facts=[fact.model_copy() for fact in self.facts],
+            version=self.version,
+            last_updated=self.last_updated,
+        )
 
     def sections(self) -> dict[str, Section]:
         """All six sections by name (``work_context`` … ``long_term_background``)."""

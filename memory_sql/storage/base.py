@@ -151,7 +151,7 @@ def apply_changes(base: MemoryDocument, changes: Changes, version: int) -> Memor
         del facts[fact_id]
     for fact in (*changes.updated, *changes.inserted):
         facts[fact.id] = fact
-    result = base.model_copy(deep=True)
+    result = base.clone()
     result.facts = sort_facts(facts.values())
     for name, section in changes.sections.items():
         group = result.user if hasattr(result.user, name) else result.history

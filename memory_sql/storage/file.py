@@ -55,7 +55,7 @@ class FileStorage(MemoryStorage):
             return self._locks.setdefault(scope, threading.Lock())
 
     def _load(self, scope: Scope) -> MemoryDocument:
-        return self._current(scope).model_copy(deep=True)
+        return self._current(scope).clone()
 
     def _current(self, scope: Scope) -> MemoryDocument:
         path = self.path(scope)

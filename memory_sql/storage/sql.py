@@ -18,7 +18,7 @@ from ..migrations import ensure_at_head, open_engine
 from ..models import Fact, MemoryDocument, Section, fact_digest, utcnow
 from ..schema import memory_facts, memory_scopes, memory_sections
 from ..scope import Scope
-from .base import Changes, MemoryStorage, apply_changes, diff_documents
+from .base import Changes, MemoryStorage, apply_changes, diff_documents, sort_facts
 
 _FACT_COLUMNS = (
     memory_facts.c.fact_id,
@@ -88,11 +88,6 @@ class SQLStorage(MemoryStorage):
         self._write_options = (
             {"sqlite_begin": "IMMEDIATE"} if self.engine.dialect.name == "sqlite" else {}
         )
-        self._read_options = (
-            {"isolation_level": "REPEATABLE READ"}
-            if self.engine.dialect.name == "postgresql"
-            else {}
-        )
         self._cache: dict[Scope, MemoryDocument] = {}
         self._cache_lock = threading.Lock()
 
@@ -108,32 +103,30 @@ class SQLStorage(MemoryStorage):
     # load ------------------------------------------------------------------------------------
 
     def _load(self, scope: Scope) -> MemoryDocument:
-        with self._errors(scope):
-            with self.engine.connect() as conn:
-                version = conn.execute(
-                    sa.select(memory_scopes.c.version).where(_where(memory_scopes, scope))
-                ).scalar()
-            if version is None:
-                self._forget(scope)
-                return MemoryDocument()
-            cached = self._cached(scope)
-            if cached is not None and cached.version == version:
-                return cached.model_copy(deep=True)
-            doc = self._read(scope)
-        self._remember(scope, doc)
-        return doc.model_copy(deep=True)
-
-    def _read(self, scope: Scope) -> MemoryDocument:
-        """The whole stored document, read in one consistent snapshot."""
-        with self._transaction(scope) as conn:
+        with self._errors(scope), self.engine.connect() as conn:
             head = conn.execute(
                 sa.select(memory_scopes.c.version, memory_scopes.c.updated_at).where(
                     _where(memory_scopes, scope)
                 )
             ).first()
-            if head is None:
-                return MemoryDocument()
-            return self._read_rows(conn, scope, head.version, head.updated_at)
+            cached = self._cached(scope)
+            if head is not None and cached is not None and cached.version == head.version:
+                return cached.clone()
+            # Every save moves the version forward in the transaction that writes its rows, so
+            # rows read between two equal version reads form one consistent document.
+            while head is not None:
+                doc = self._read_rows(conn, scope, head.version, head.updated_at)
+                again = conn.execute(
+                    sa.select(memory_scopes.c.version, memory_scopes.c.updated_at).where(
+                        _where(memory_scopes, scope)
+                    )
+                ).first()
+                if again is not None and again.version == head.version:
+                    self._remember(scope, doc)
+                    return doc.clone()
+                head = again
+        self._forget(scope)
+        return MemoryDocument()
 
     def _read_rows(
         self, conn: Connection, scope: Scope, version: int, last_updated: Any
@@ -147,12 +140,9 @@ class SQLStorage(MemoryStorage):
         for name, summary, updated_at in sections:
             group = doc.user if hasattr(doc.user, name) else doc.history
             setattr(group, name, Section(summary=summary, updated_at=updated_at))
-        rows = conn.execute(
-            sa.select(*_FACT_COLUMNS)
-            .where(_where(memory_facts, scope))
-            .order_by(memory_facts.c.created_at, memory_facts.c.fact_id)
-        )
-        doc.facts = [
+        # Sorted here, not by ORDER BY, which can lure a planner onto a tenant-wide time index.
+        rows = conn.execute(sa.select(*_FACT_COLUMNS).where(_where(memory_facts, scope)))
+        doc.facts = sort_facts(
             Fact(
                 id=row.fact_id,
                 content=row.content,
@@ -164,14 +154,14 @@ class SQLStorage(MemoryStorage):
                 updated_at=row.updated_at,
             )
             for row in rows
-        ]
+        )
         return doc
 
     # save ------------------------------------------------------------------------------------
 
     def _save(self, scope: Scope, doc: MemoryDocument, expected_version: int) -> int:
         now = utcnow()
-        with self._transaction(scope, write=doc) as conn:
+        with self._write_transaction(scope, doc) as conn:
             base = self._claim(conn, scope, expected_version, now)
             changes = diff_documents(base, doc, now)
             if not changes:
@@ -269,14 +259,10 @@ class SQLStorage(MemoryStorage):
             self._cache.pop(scope, None)
 
     @contextmanager
-    def _transaction(
-        self, scope: Scope, *, write: MemoryDocument | None = None
-    ) -> Iterator[Connection]:
-        """A connection in a transaction: a snapshot read, or (``write``: the document being
-        saved) a write that holds SQLite's write lock from its start."""
-        options = self._read_options if write is None else self._write_options
-        with self._errors(scope, write):
-            connection = self.engine.connect().execution_options(**options)
+    def _write_transaction(self, scope: Scope, doc: MemoryDocument) -> Iterator[Connection]:
+        """A write transaction (holding SQLite's write lock from its start) saving ``doc``."""
+        with self._errors(scope, doc):
+            connection = self.engine.connect().execution_options(**self._write_options)
             with connection as conn, conn.begin():
                 yield conn
 

@@ -1,0 +1,56 @@
+"""Timing helpers shared by the benchmarks: medians of repeated rounds, and a PostgreSQL
+database made for one run and dropped after it."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+
+PG_URL = os.environ.get(
+    "MEMORY_SQL_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+
+
+def median_seconds(run: Callable[[], object], *, repeat: int = 7, number: int = 50) -> float:
+    """Median over ``repeat`` rounds of the mean time of one call in a round of ``number``."""
+    rounds = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for _ in range(number):
+            run()
+        rounds.append((time.perf_counter() - start) / number)
+    return statistics.median(rounds)
+
+
+def fmt(seconds: float) -> str:
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:8.2f} ms"
+    return f"{seconds * 1e6:8.1f} µs"
+
+
+@contextmanager
+def scratch_postgres() -> Iterator[str | None]:
+    """A fresh database on the PostgreSQL server, or None if the server is unreachable."""
+    server = make_url(PG_URL)
+    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
+    name = f"memory_sql_bench_{uuid.uuid4().hex[:10]}"
+    try:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    except sa.exc.OperationalError:
+        admin.dispose()
+        yield None
+        return
+    try:
+        yield server.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()

@@ -1,0 +1,461 @@
+"""memory_sql's settings: :class:`MemoryConfig`.
+
+Where values come from, the first that has one winning:
+
+1. ``MEMORY_SQL_<KEY>`` environment variables (``MEMORY_SQL_DEBOUNCE_SECONDS=10``; lists as
+   ``a,b`` or JSON ``["a", "b"]``; an empty value means "none" for optional keys and an empty
+   list for lists);
+2. the ``memory:`` section of a YAML file (:meth:`MemoryConfig.from_yaml`);
+3. for the LLM only, the usual OpenAI variables: ``OPENAI_API_KEY`` → ``llm_api_key``,
+   ``OPENAI_BASE_URL`` → ``llm_base_url``, ``OPENAI_MODEL`` → ``model_name``;
+4. the defaults below.
+
+Environment variables are read only by :meth:`~MemoryConfig.from_yaml` and
+:meth:`~MemoryConfig.from_env`; ``MemoryConfig(...)`` takes exactly what it is given. Unknown
+``MEMORY_SQL_*`` variables are logged and ignored (other tools share the prefix;
+``MEMORY_SQL_CONFIG`` and ``MEMORY_SQL_TEST_*`` silently), but an unknown key in YAML or in
+``MemoryConfig(...)`` is an error. Every invalid value raises
+:class:`~memory_sql.errors.ConfigError` naming the key, where it came from and what is allowed.
+The API key is a ``SecretStr`` and the password of a storage URL is masked in ``repr`` and in
+error messages; log :meth:`redacted`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import logging
+import os
+import re
+from collections.abc import Mapping
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from .errors import ConfigError
+from .models import CATEGORY_PATTERN
+from .pattern_files import load_patterns
+
+logger = logging.getLogger(__name__)
+
+ENV_PREFIX = "MEMORY_SQL_"
+_ENV_IGNORED = re.compile(r"MEMORY_SQL_(?:CONFIG|TEST_\w*)")
+ALIASES = {
+    "database_url": "storage",
+    "max_injection_tokens": "injected_memory_max_tokens",
+    "fact_confidence_threshold": "min_confidence",
+}
+"""Other names accepted for a key (DeerFlow's newer names, and ``database_url``)."""
+OPENAI_FALLBACKS = {
+    "llm_api_key": "OPENAI_API_KEY",
+    "llm_base_url": "OPENAI_BASE_URL",
+    "model_name": "OPENAI_MODEL",
+}
+_STORAGE_FORM_KEYS = ("use", "url", "path")
+_CLASS_PATH = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*[:.][A-Za-z_]\w*")
+_URL_PASSWORD = re.compile(r"(//[^/@:\s]*:)[^@/\s]*@")
+_SECRET = "**********"
+# Where each key's value came from, for error messages of the build in progress.
+_ORIGINS: ContextVar[Mapping[str, str] | None] = ContextVar("memory_sql_origins", default=None)
+
+_NUMBER_FIELDS = (
+    "debounce_seconds",
+    "max_debounce_seconds",
+    "max_facts",
+    "min_confidence",
+    "injected_memory_max_tokens",
+    "guaranteed_token_budget",
+    "workers",
+    "lease_seconds",
+    "max_attempts",
+    "retry_backoff_seconds",
+    "sweep_interval_seconds",
+    "llm_timeout_seconds",
+    "llm_max_retries",
+    "llm_temperature",
+)
+_OPTIONAL_TEXT_FIELDS = (
+    "model_name",
+    "storage_class",
+    "llm_base_url",
+    "llm_api_key",
+    "tiktoken_encoding_file",
+    "patterns_dir",
+)
+
+
+def mask_url(url: str) -> str:
+    """``url`` with the password of its ``user:password@`` part replaced by ``***``."""
+    return _URL_PASSWORD.sub(r"\1***@", url)
+
+
+class MemoryConfig(BaseModel):
+    """Every setting of memory_sql, validated; immutable once built.
+
+    Seed keys keep the seed's names and defaults. ``enabled`` defaults to true (DeerFlow's host
+    class says false but its ``memory:`` section switches it on: a config that is loaded is
+    meant to be used).
+
+    Storage is ``storage``, a database URL (``sqlite:///…``, ``postgresql+psycopg://…``) or a
+    folder, also accepted as ``database_url``; the seed's ``storage: {use: "pkg.module:Class"}``
+    form sets ``storage_class`` (with an optional ``url`` or ``path`` next to ``use``).
+
+    Debounce: a key waits ``debounce_seconds`` after its latest conversation, but never more
+    than ``max_debounce_seconds`` after its first pending one. The queue: ``workers`` threads
+    claim due work for ``lease_seconds``; a failed run is retried after
+    ``retry_backoff_seconds`` (the worker may grow it) up to ``max_attempts`` runs in all;
+    every ``sweep_interval_seconds`` the scheduler looks for due and abandoned work.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, allow_inf_nan=False, hide_input_in_errors=True
+    )
+
+    enabled: bool = True
+    debounce_seconds: float = Field(30.0, ge=0, le=3600)
+    max_debounce_seconds: float = Field(300.0, ge=0, le=86400)
+    max_facts: int = Field(200, ge=10, le=10000)
+    min_confidence: float = Field(0.7, ge=0, le=1)
+    model_name: str | None = None
+    token_counting: bool = True
+    tiktoken_encoding_file: Path | None = None
+    injected_memory_max_tokens: int = Field(2000, ge=100, le=32000)
+    guaranteed_categories: tuple[str, ...] = ("correction",)
+    guaranteed_token_budget: int = Field(500, ge=0, le=8000)
+    storage: str = "sqlite:///memory_sql.db"
+    storage_class: str | None = None
+    workers: int = Field(2, ge=1, le=32)
+    lease_seconds: float = Field(300.0, gt=0, le=86400)
+    max_attempts: int = Field(5, ge=1, le=100)
+    retry_backoff_seconds: float = Field(30.0, ge=0, le=86400)
+    sweep_interval_seconds: float = Field(60.0, gt=0, le=3600)
+    llm_base_url: str | None = None
+    llm_api_key: SecretStr | None = None
+    llm_timeout_seconds: float = Field(60.0, gt=0, le=600)
+    llm_max_retries: int = Field(2, ge=0, le=10)
+    llm_temperature: float = Field(0.0, ge=0, le=2)
+    llm_json_mode: bool = True
+    patterns_dir: Path | None = None
+
+    def __init__(self, **data: Any) -> None:
+        """Build from keyword arguments (no environment); :class:`ConfigError` if invalid.
+
+        (``model_validate`` reports the same message inside a pydantic ``ValidationError``.)
+        """
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise _config_error(exc, _ORIGINS.get() or {}) from None
+
+    # Loading -----------------------------------------------------------------------------
+
+    @classmethod
+    def from_yaml(
+        cls, path: str | os.PathLike[str], *, env: Mapping[str, str] | None = None
+    ) -> MemoryConfig:
+        """The ``memory:`` section of the YAML file at ``path`` (defaults when it has none),
+        overridden by the environment (``env``, default ``os.environ``; see the module docstring).
+
+        Raises:
+            ConfigError: the file is missing or unreadable, is not valid YAML (the line is
+                named), its ``memory:`` section is not a mapping, or a value is invalid.
+        """
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} not found", path=str(path)) from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc}", path=str(path)) from None
+        try:
+            document = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            line = mark.line + 1 if mark is not None else None
+            where = f"{path}:{line}" if line else str(path)
+            problem = getattr(exc, "problem", None) or str(exc)
+            raise ConfigError(
+                f"{where}: invalid YAML: {problem}", path=str(path), line=line
+            ) from None
+        if document is None:
+            document = {}
+        if not isinstance(document, Mapping):
+            raise ConfigError(f"{path}: expected a mapping with a 'memory:' key", path=str(path))
+        section = document.get("memory")
+        if section is None:
+            section = {}
+        if not isinstance(section, Mapping):
+            raise ConfigError(
+                f"{path}: 'memory:' must be a mapping of settings, got {type(section).__name__}",
+                key="memory",
+                path=str(path),
+            )
+        return cls._build(section, str(path), env)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> MemoryConfig:
+        """Defaults overridden by the environment (``env``, default ``os.environ``).
+
+        Raises:
+            ConfigError: a variable holds an invalid value.
+        """
+        return cls._build({}, "", env)
+
+    @classmethod
+    def _build(
+        cls, section: Mapping[Any, Any], source: str, env: Mapping[str, str] | None
+    ) -> MemoryConfig:
+        env = os.environ if env is None else env
+        data: dict[str, Any] = {}
+        origins: dict[str, str] = {}
+        for key, value in section.items():
+            if not isinstance(key, str):
+                raise ConfigError(f"{source}: memory: key {key!r} is not a string", path=source)
+            data[key] = value
+            origins[ALIASES.get(key, key)] = source
+        for field, var in OPENAI_FALLBACKS.items():
+            if env.get(var) and field not in data and not _alias_given(field, data):
+                data[field] = env[var]
+                origins[field] = var
+        overrides: dict[str, Any] = {}
+        for var, value in env.items():
+            if not var.startswith(ENV_PREFIX) or _ENV_IGNORED.fullmatch(var):
+                continue
+            name = var[len(ENV_PREFIX) :].lower()
+            field = ALIASES.get(name, name)
+            if field not in cls.model_fields:
+                logger.warning("ignoring unknown environment variable %s", var)
+                continue
+            if field in overrides:
+                raise ConfigError(f"{var} and another alias of {field!r} are both set", key=field)
+            overrides[field] = _parse_env(field, value, var)
+            origins[field] = var
+        for field, value in overrides.items():
+            for name in [field, *(a for a, f in ALIASES.items() if f == field)]:
+                data.pop(name, None)
+            data[field] = value
+        token = _ORIGINS.set(origins)
+        try:
+            return cls(**data)
+        finally:
+            _ORIGINS.reset(token)
+
+    # Presentation ------------------------------------------------------------------------
+
+    def redacted(self) -> dict[str, Any]:
+        """All settings as JSON-ready values, safe to log: no API key, no URL password."""
+        data = self.model_dump(mode="json")
+        data["llm_api_key"] = _SECRET if self.llm_api_key is not None else None
+        data["storage"] = mask_url(self.storage)
+        return data
+
+    def __repr_args__(self) -> Any:
+        for name, value in super().__repr_args__():
+            yield name, mask_url(value) if name == "storage" else value
+
+    # Validation --------------------------------------------------------------------------
+
+    @model_validator(mode="before")
+    @classmethod
+    def _canonical_keys(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        data = dict(data)
+        for alias, field in ALIASES.items():
+            if alias in data:
+                if field in data:
+                    raise ValueError(f"give either {field!r} or {alias!r}, not both")
+                data[field] = data.pop(alias)
+        storage = data.get("storage")
+        if isinstance(storage, Mapping):
+            unknown = sorted(str(k) for k in storage if k not in _STORAGE_FORM_KEYS)
+            if unknown or "use" not in storage:
+                raise ValueError(
+                    "storage: a mapping must be {use: 'pkg.module:Class'} with an optional "
+                    f"url or path; got keys {sorted(map(str, storage))}"
+                )
+            if data.get("storage_class") is not None:
+                raise ValueError("give either storage.use or storage_class, not both")
+            data["storage_class"] = storage["use"]
+            location = storage.get("url") or storage.get("path")
+            if location is None:
+                data.pop("storage")
+            else:
+                data["storage"] = location
+        return data
+
+    @field_validator(*_NUMBER_FIELDS, mode="before")
+    @classmethod
+    def _no_booleans(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ValueError("a boolean is not a number")
+        return value
+
+    @field_validator(*_OPTIONAL_TEXT_FIELDS, mode="before")
+    @classmethod
+    def _blank_is_none(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return value.strip() or None
+        return value
+
+    @field_validator("token_counting", mode="before")
+    @classmethod
+    def _token_counting_mode(cls, value: Any) -> Any:
+        # DeerFlow's newer spelling: "tiktoken" or "char".
+        return {"tiktoken": True, "char": False}.get(value, value)
+
+    @field_validator("guaranteed_categories", mode="before")
+    @classmethod
+    def _categories(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [part for part in value.split(",") if part.strip()]
+        if not isinstance(value, (list, tuple)):
+            return value
+        categories: list[str] = []
+        for item in value:
+            if not isinstance(item, str):
+                raise ValueError(f"{item!r} is not a category name")
+            name = item.strip().lower()
+            if not CATEGORY_PATTERN.fullmatch(name):
+                raise ValueError(f"{item!r} is not a category name (^[a-z0-9_-]{{1,32}}$)")
+            if name not in categories:
+                categories.append(name)
+        return categories
+
+    @field_validator("storage")
+    @classmethod
+    def _storage(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("storage is empty; give a database URL or a folder")
+        return value.strip()
+
+    @field_validator("storage_class")
+    @classmethod
+    def _storage_class(cls, value: str | None) -> str | None:
+        if value is not None and not _CLASS_PATH.fullmatch(value):
+            raise ValueError(f"{value!r} is not a class path like 'package.module:Class'")
+        return value
+
+    @field_validator("llm_base_url")
+    @classmethod
+    def _base_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"https?://[^\s/]+", value):
+            raise ValueError(f"{value!r} is not an http:// or https:// URL")
+        return value
+
+    @field_validator("tiktoken_encoding_file")
+    @classmethod
+    def _encoding_file(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.expanduser().is_file():
+            raise ValueError(f"{value} is not a file")
+        return None if value is None else value.expanduser()
+
+    @field_validator("patterns_dir")
+    @classmethod
+    def _patterns(cls, value: Path | None) -> Path | None:
+        if value is not None:
+            load_patterns(value)  # refuse a broken pattern file now, not mid-conversation
+        return value
+
+    @model_validator(mode="after")
+    def _debounce_order(self) -> MemoryConfig:
+        if self.max_debounce_seconds < self.debounce_seconds:
+            raise ValueError(
+                f"max_debounce_seconds ({self.max_debounce_seconds:g}) must be at least "
+                f"debounce_seconds ({self.debounce_seconds:g})"
+            )
+        return self
+
+
+def _alias_given(field: str, data: Mapping[str, Any]) -> bool:
+    return any(alias in data for alias, target in ALIASES.items() if target == field)
+
+
+def _parse_env(field: str, value: str, var: str) -> Any:
+    if field == "guaranteed_categories" and value.strip().startswith("["):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{var}: invalid JSON list: {exc.msg}", key=field) from None
+    return value
+
+
+def _config_error(exc: ValidationError, origins: Mapping[str, str]) -> ConfigError:
+    problems = []
+    first_key = None
+    list_known = False
+    for error in exc.errors(include_url=False):
+        loc = [str(part) for part in error["loc"]]
+        key = loc[0] if loc else None
+        first_key = first_key or key
+        message = error["msg"].removeprefix("Value error, ")
+        if key is None:
+            problems.append(message)
+            continue
+        origin = origins.get(key)
+        label = f"{'.'.join(loc)}" + (f" (from {origin})" if origin else "")
+        if error["type"] == "extra_forbidden":
+            close = difflib.get_close_matches(key, [*MemoryConfig.model_fields, *ALIASES], n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            list_known = list_known or not close
+            problems.append(f"unknown key {label}{hint}")
+        elif error["type"] == "value_error":
+            problems.append(f"{label}: {message}; allowed: {_allowed(key)}")
+        else:
+            shown = _show(key, error.get("input"))
+            problems.append(f"{label}: got {shown}, allowed: {_allowed(key)}")
+    if list_known:
+        problems.append("known keys: " + ", ".join(MemoryConfig.model_fields))
+    return ConfigError("invalid memory config: " + "; ".join(problems), key=first_key)
+
+
+def _show(key: str, value: Any) -> str:
+    if key == "llm_api_key":
+        return _SECRET
+    if isinstance(value, str):
+        value = mask_url(value)
+    shown = repr(value)
+    return shown if len(shown) <= 60 else shown[:57] + "..."
+
+
+def _allowed(key: str) -> str:
+    field = MemoryConfig.model_fields.get(key)
+    if field is None:
+        return "see MemoryConfig"
+    special = {
+        "guaranteed_categories": "a list of category names (^[a-z0-9_-]{1,32}$)",
+        "storage": "a database URL or a folder",
+        "storage_class": "a class path like 'package.module:Class'",
+        "llm_base_url": "an http(s) URL",
+        "llm_api_key": "a string",
+        "token_counting": "true, false, 'tiktoken' or 'char'",
+        "tiktoken_encoding_file": "the path of an existing file",
+        "patterns_dir": "a folder of pattern files",
+        "max_debounce_seconds": "at least debounce_seconds",
+    }
+    bounds: dict[str, float] = {}
+    for rule in field.metadata:
+        for name in ("ge", "gt", "le"):
+            if isinstance(getattr(rule, name, None), (int, float)):
+                bounds[name] = getattr(rule, name)
+    if field.annotation is bool:
+        return special.get(key, "true or false")
+    if field.annotation in (int, float):
+        kind = "a whole number" if field.annotation is int else "a number"
+        if "ge" in bounds:
+            text = f"{kind} from {bounds['ge']:g} to {bounds['le']:g}"
+        else:
+            text = f"{kind} greater than {bounds['gt']:g} and at most {bounds['le']:g}"
+        return f"{text}, {special[key]}" if key in special else text
+    return special.get(key, "a string")

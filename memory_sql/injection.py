@@ -1,0 +1,314 @@
+"""Rendering a memory document into the agent's prompt, within exact token budgets.
+
+:func:`format_memory_for_injection` writes, in this order and skipping what is empty::
+
+    User Context:
+    - Work: …
+    - Personal: …
+    - Current Focus: …
+
+    History:
+    - Recent: …
+    - Earlier: …
+    - Background: …
+
+    Facts:
+    - [correction | 0.95] Deploys with pnpm (avoid: suggested npm)
+    - [preference | 0.90] Prefers short answers
+
+All memory text is HTML-escaped (``<``, ``>``, ``&``), so stored content can neither close the
+``<user_memory>`` block nor forge a tag, and its line breaks are folded into spaces, so it can
+neither start a fact line nor a section of its own.
+
+Budgets, counted with one :class:`~memory_sql.tokens.TokenCounter`:
+
+- A fact line costs ``tokens("\\n" + line)``; the head (user context and history) costs
+  ``tokens(head)``, and the facts header ``tokens("\\n\\nFacts:")`` (``tokens("Facts:")``
+  without a head).
+- Facts of a guaranteed category are taken first, highest confidence first (ties keep their
+  stored order), while their costs fit in ``guaranteed_token_budget``. The other facts, in the
+  same order, fill ``max_tokens − head − header``. A fact that does not fit is skipped and the
+  next ones are still tried, so one long fact cannot starve all the shorter ones (DeerFlow stops
+  at the first line that does not fit). A fact that fits exactly is kept.
+- The text without the guaranteed lines (head, header, regular lines) is then counted as a
+  whole and must come to at most ``max_tokens``; the guaranteed lines add at most
+  ``guaranteed_token_budget`` on top. When the head is too long for that, it is cut to the
+  longest prefix that fits and :data:`TRUNCATION_MARKER` is appended; the facts block is never
+  cut. (Only if ``max_tokens`` is smaller than the header itself are regular facts then dropped,
+  lowest confidence first; guaranteed facts always stay.)
+
+Counts of fact lines, heads and results are kept in a process-wide :class:`TokenCountCache`, so
+formatting an unchanged 200-fact memory again does not tokenise it again.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Iterable, Sequence
+from datetime import date, datetime
+from typing import Any
+
+from .models import Fact, MemoryDocument, Section
+from .tokens import EstimateCounter, TokenCounter, make_token_counter
+
+logger = logging.getLogger(__name__)
+
+TRUNCATION_MARKER = "\n... [truncated]"
+FACTS_HEADER = "Facts:"
+
+_USER_LINES = (
+    ("work_context", "Work"),
+    ("personal_context", "Personal"),
+    ("top_of_mind", "Current Focus"),
+)
+_HISTORY_LINES = (
+    ("recent_months", "Recent"),
+    ("earlier_context", "Earlier"),
+    ("long_term_background", "Background"),
+)
+_WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+
+
+class TokenCountCache:
+    """A thread-safe LRU of token counts (and the fact lines counted), bounded by entries and
+    by characters of text held.
+    """
+
+    def __init__(self, max_entries: int = 100_000, max_chars: int = 20_000_000) -> None:
+        self.max_entries = max_entries
+        self.max_chars = max_chars
+        self._items: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
+        self._chars = 0
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, key: Hashable) -> Any:
+        """The value stored under ``key`` (now the most recently used), or None."""
+        with self._lock:
+            item = self._items.get(key)
+            if item is None:
+                return None
+            self._items.move_to_end(key)
+            return item[0]
+
+    def get_many(self, keys: Iterable[Hashable]) -> list[Any]:
+        """:meth:`get` for each key, under one acquisition of the lock."""
+        with self._lock:
+            found = []
+            for key in keys:
+                item = self._items.get(key)
+                if item is not None:
+                    self._items.move_to_end(key)
+                found.append(None if item is None else item[0])
+            return found
+
+    def put(self, key: Hashable, value: Any, size: int) -> None:
+        """Store ``value``, which holds ``size`` characters, evicting the least recently used."""
+        if size > self.max_chars or self.max_entries <= 0:
+            return
+        with self._lock:
+            old = self._items.pop(key, None)
+            if old is not None:
+                self._chars -= old[1]
+            self._items[key] = (value, size)
+            self._chars += size
+            while len(self._items) > self.max_entries or self._chars > self.max_chars:
+                _, (_, evicted) = self._items.popitem(last=False)
+                self._chars -= evicted
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self._chars = 0
+
+
+_DEFAULT_CACHE = TokenCountCache()
+
+
+def format_memory_for_injection(
+    memory: MemoryDocument,
+    max_tokens: int = 2000,
+    guaranteed_categories: Iterable[str] = ("correction",),
+    guaranteed_token_budget: int = 500,
+    counter: TokenCounter | None = None,
+    *,
+    cache: TokenCountCache | None = None,
+) -> str:
+    """The memory as prompt text within the budgets described in the module docstring.
+
+    Returns ``""`` for a memory with nothing to show. ``counter`` defaults to
+    ``make_token_counter()``; ``cache`` to the process-wide one. Should the counter raise, the
+    memory is formatted with :class:`~memory_sql.tokens.EstimateCounter` instead.
+    """
+    counter = counter if counter is not None else make_token_counter()
+    cache = cache if cache is not None else _DEFAULT_CACHE
+    if isinstance(guaranteed_categories, str):
+        guaranteed_categories = (guaranteed_categories,)
+    guaranteed = frozenset(c.strip().lower() for c in guaranteed_categories)
+    try:
+        return _Formatter(counter, cache).format(
+            memory, max_tokens, guaranteed, guaranteed_token_budget
+        )
+    except Exception:
+        if isinstance(counter, EstimateCounter):
+            raise
+        logger.exception(
+            "token counter %r failed; formatting memory with the estimate",
+            getattr(counter, "name", counter),
+        )
+        return _Formatter(EstimateCounter(), cache).format(
+            memory, max_tokens, guaranteed, guaranteed_token_budget
+        )
+
+
+def render_memory_block(
+    memory: MemoryDocument,
+    *,
+    today: date | None = None,
+    max_tokens: int = 2000,
+    guaranteed_categories: Iterable[str] = ("correction",),
+    guaranteed_token_budget: int = 500,
+    counter: TokenCounter | None = None,
+) -> str:
+    """The block handed to the agent, or ``""`` when the memory has nothing to show::
+
+        <system-reminder>
+        <current_date>2026-06-30, Tuesday</current_date>
+        </system-reminder>
+        <user_memory>
+        …format_memory_for_injection(memory, …)…
+        </user_memory>
+
+    ``today`` defaults to the local date of this machine.
+    """
+    text = format_memory_for_injection(
+        memory, max_tokens, guaranteed_categories, guaranteed_token_budget, counter
+    )
+    if not text:
+        return ""
+    today = today if today is not None else datetime.now().astimezone().date()
+    return (
+        "<system-reminder>\n"
+        f"<current_date>{today.isoformat()}, {_WEEKDAYS[today.weekday()]}</current_date>\n"
+        "</system-reminder>\n"
+        f"<user_memory>\n{text}\n</user_memory>"
+    )
+
+
+class _Formatter:
+    def __init__(self, counter: TokenCounter, cache: TokenCountCache) -> None:
+        self.counter = counter
+        self.name = counter.name
+        self.cache = cache
+
+    def format(
+        self,
+        memory: MemoryDocument,
+        max_tokens: int,
+        guaranteed: frozenset[str],
+        guaranteed_budget: int,
+    ) -> str:
+        head = "\n\n".join(
+            part
+            for part in (
+                _section_block("User Context:", memory.user, _USER_LINES),
+                _section_block("History:", memory.history, _HISTORY_LINES),
+            )
+            if part
+        )
+        by_confidence = sorted(memory.facts, key=lambda f: -f.confidence)
+        pools: tuple[list[tuple[str, int]], list[tuple[str, int]]] = ([], [])
+        for fact, line in zip(by_confidence, self._fact_lines(by_confidence), strict=True):
+            pools[fact.category in guaranteed].append(line)
+        kept = _fill(pools[True], guaranteed_budget)
+        header = "\n\n" + FACTS_HEADER if head else FACTS_HEADER
+        regular = _fill(pools[False], max_tokens - self.tokens(head) - self.tokens(header))
+        # Everything but the guaranteed lines must count at most max_tokens: check the real text.
+        while True:
+            tail = FACTS_HEADER + "".join(regular) if kept or regular else ""
+            if self.tokens(_join(head, tail)) <= max_tokens:
+                break
+            if head:
+                head = self._cut_head(head, tail, max_tokens)
+            elif regular:
+                regular.pop()
+            else:
+                break
+        if not (kept or regular):
+            return head
+        return _join(head, FACTS_HEADER + "".join(kept) + "".join(regular))
+
+    def _fact_lines(self, facts: list[Fact]) -> list[tuple[str, int]]:
+        """``("\\n- [category | 0.85] content", its token count)`` for each fact."""
+        keys = [(self.name, f.category, f.confidence, f.content, f.source_error) for f in facts]
+        found = self.cache.get_many(keys)
+        for i, fact in enumerate(facts):
+            if found[i] is None:
+                line = (
+                    f"\n- [{_clean(fact.category)} | {fact.confidence:.2f}] {_clean(fact.content)}"
+                )
+                if fact.category == "correction" and fact.source_error:
+                    line += f" (avoid: {_clean(fact.source_error)})"
+                found[i] = (line, self.counter.count(line))
+                self.cache.put(keys[i], found[i], len(line))
+        return found
+
+    def tokens(self, text: str) -> int:
+        if not text:
+            return 0
+        key = (self.name, text)
+        count = self.cache.get(key)
+        if count is None:
+            count = self.counter.count(text)
+            self.cache.put(key, count, len(text))
+        return count
+
+    def _cut_head(self, head: str, tail: str, limit: int) -> str:
+        """The longest prefix of ``head``, marked as cut, that fits before ``tail``, or ``""``."""
+
+        def cut(n: int) -> str:
+            return head[:n].rstrip() + TRUNCATION_MARKER
+
+        # Only lengths that were counted and fit are returned, whether or not counts grow
+        # monotonically with the length.
+        lo, hi, best = 0, len(head), ""
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            if self.counter.count(_join(cut(mid), tail)) <= limit:
+                best, lo = cut(mid), mid + 1
+            else:
+                hi = mid - 1
+        return best
+
+
+def _fill(lines: Iterable[tuple[str, int]], budget: int) -> list[str]:
+    kept: list[str] = []
+    used = 0
+    for line, cost in lines:
+        if used + cost <= budget:
+            kept.append(line)
+            used += cost
+    return kept
+
+
+def _section_block(title: str, group: Any, labels: Sequence[tuple[str, str]]) -> str:
+    lines = []
+    for field, label in labels:
+        section: Section = getattr(group, field)
+        text = _clean(section.summary)
+        if text:
+            lines.append(f"- {label}: {text}")
+    return "\n".join([title, *lines]) if lines else ""
+
+
+def _join(head: str, tail: str) -> str:
+    return f"{head}\n\n{tail}" if head and tail else head or tail
+
+
+def _clean(text: str) -> str:
+    return html.escape(" ".join(part.strip() for part in text.splitlines() if part.strip()), False)

@@ -1,0 +1,67 @@
+"""Which turns of a finished conversation are worth remembering.
+
+Memory learns from what the user said and what the assistant finally answered, nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+from typing import Any
+
+from .messages import Message, normalize_messages
+from .pattern_files import PatternList, PatternSet, load_patterns, match_text
+from .uploads import strip_upload_blocks
+
+_TRAILING_PUNCTUATION = " \t\r\n.。,，!！?？;；~～"
+
+
+def filter_messages_for_memory(
+    messages: Iterable[Any], *, patterns: PatternSet | None = None
+) -> list[Message]:
+    """The turns of ``messages`` that memory should learn from, as normalised messages.
+
+    Kept: user turns and the assistant's final replies (no tool calls), in order. Dropped:
+    tool results, system messages, hidden messages, assistant turns that call tools or have no
+    text; upload blocks are cut out of user text, and a user turn left empty by that, or that
+    is only a trivial acknowledgement (``patterns.trivial``: "ok", "thanks", "好的", …), is
+    dropped together with the assistant reply that answers it. Filtering its own output
+    changes nothing.
+
+    ``patterns`` defaults to the bundled ones (:func:`~memory_sql.pattern_files.load_patterns`).
+
+    Raises:
+        InvalidMessageError: ``messages`` is not a list of messages, or one is malformed.
+    """
+    trivial = (patterns or load_patterns()).trivial
+    kept: list[Message] = []
+    skip_reply = False
+    for message in normalize_messages(messages):
+        if message.hidden:
+            continue
+        if message.role == "user":
+            text = strip_upload_blocks(message.text)
+            if not text or is_trivial(text, trivial):
+                skip_reply = True
+                continue
+            skip_reply = False
+            kept.append(message if text == message.text else replace(message, text=text))
+        elif message.role == "assistant" and not message.has_tool_calls and message.text.strip():
+            if skip_reply:
+                skip_reply = False
+            else:
+                kept.append(message)
+    return kept
+
+
+def is_trivial(text: str, trivial: PatternList) -> bool:
+    """Whether the whole of ``text``, less trailing punctuation, is one trivial pattern."""
+    return trivial.fullmatch(match_text(text).rstrip(_TRAILING_PUNCTUATION))
+
+
+def has_minimum_dialogue(filtered: Iterable[Message]) -> bool:
+    """Whether ``filtered`` (the output of :func:`filter_messages_for_memory`) holds at least
+    one user turn and one assistant reply: less than that is not worth an update.
+    """
+    roles = {message.role for message in filtered}
+    return "user" in roles and "assistant" in roles

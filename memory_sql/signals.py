@@ -1,0 +1,63 @@
+"""Correction and reinforcement signals in what the user said.
+
+A correction ("that's wrong", "不对") tells the updater to revise or remove old facts more
+readily; a reinforcement ("yes, exactly", "完全正确") tells it to keep them. Both are searched in
+the last :data:`SIGNAL_WINDOW` user turns that :func:`~memory_sql.intake.filter_messages_for_memory`
+keeps (so tool output, upload blocks and acknowledgements never trigger one); a reinforcement is
+not reported when a correction is found. The patterns come from pattern files
+(:mod:`memory_sql.pattern_files`).
+
+Every detector accepts raw messages (any shape :mod:`memory_sql.messages` reads) or normalised
+ones, filtered or not, and raises :class:`~memory_sql.errors.InvalidMessageError` for a
+malformed one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .intake import filter_messages_for_memory
+from .pattern_files import PatternSet, load_patterns, match_text
+
+SIGNAL_WINDOW = 6
+
+
+@dataclass(frozen=True, slots=True)
+class Signals:
+    """What the user's recent turns signal. ``reinforcement`` is never true with ``correction``."""
+
+    correction: bool = False
+    reinforcement: bool = False
+
+    def __or__(self, other: Signals) -> Signals:
+        """Both conversations' signals (a queue merging two conversations of one key): either
+        correction counts, and a reinforcement only when neither has a correction."""
+        correction = self.correction or other.correction
+        return Signals(correction, not correction and (self.reinforcement or other.reinforcement))
+
+
+def detect_signals(messages: Iterable[Any], *, patterns: PatternSet | None = None) -> Signals:
+    """Correction and reinforcement of one conversation at once (see the module docstring)."""
+    patterns = patterns or load_patterns()
+    texts = _window(messages, patterns)
+    if any(patterns.correction.search(text) for text in texts):
+        return Signals(correction=True)
+    return Signals(reinforcement=any(patterns.reinforcement.search(text) for text in texts))
+
+
+def detect_correction(messages: Iterable[Any], *, patterns: PatternSet | None = None) -> bool:
+    """Whether the user corrected the assistant in the recent turns."""
+    patterns = patterns or load_patterns()
+    return any(patterns.correction.search(text) for text in _window(messages, patterns))
+
+
+def detect_reinforcement(messages: Iterable[Any], *, patterns: PatternSet | None = None) -> bool:
+    """Whether the user confirmed the assistant in the recent turns, without correcting it."""
+    return detect_signals(messages, patterns=patterns).reinforcement
+
+
+def _window(messages: Iterable[Any], patterns: PatternSet) -> list[str]:
+    filtered = filter_messages_for_memory(messages, patterns=patterns)
+    return [match_text(m.text) for m in filtered if m.role == "user"][-SIGNAL_WINDOW:]

@@ -1,0 +1,265 @@
+"""MemoryConfig: defaults, YAML, environment overrides, error messages and secrets."""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memory_sql.config import MemoryConfig
+from memory_sql.errors import ConfigError
+
+SECRET = "sk-test-DO-NOT-LEAK-1234"
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_defaults_are_the_seeds() -> None:
+    config = MemoryConfig.from_env({})
+    assert config.enabled is True
+    assert config.debounce_seconds == 30
+    assert config.max_facts == 200
+    assert config.min_confidence == 0.7
+    assert config.model_name is None
+    assert config.token_counting is True
+    assert config.injected_memory_max_tokens == 2000
+    assert config.guaranteed_categories == ("correction",)
+    assert config.guaranteed_token_budget == 500
+    assert config.storage == "sqlite:///memory_sql.db"
+    assert config.max_debounce_seconds >= config.debounce_seconds
+    assert config == MemoryConfig()
+
+
+def test_from_yaml_reads_the_memory_section(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+models: [gpt-4o]            # other sections of the app's config are ignored
+memory:
+  enabled: false
+  debounce_seconds: 5
+  max_facts: 50
+  model_name: gpt-4o-mini
+  token_counting: char
+  guaranteed_categories: [correction, Goal]
+  storage:
+    use: my_app.storage:RedisStorage
+    url: redis://localhost/0
+""",
+    )
+    config = MemoryConfig.from_yaml(path, env={})
+    assert config.enabled is False
+    assert config.debounce_seconds == 5
+    assert config.max_facts == 50
+    assert config.model_name == "gpt-4o-mini"
+    assert config.token_counting is False
+    assert config.guaranteed_categories == ("correction", "goal")
+    assert config.storage_class == "my_app.storage:RedisStorage"
+    assert config.storage == "redis://localhost/0"
+
+
+@pytest.mark.parametrize("text", ["", "other: 1\n", "memory:\n", "memory: {}\n"])
+def test_yaml_without_settings_gives_defaults(tmp_path: Path, text: str) -> None:
+    assert MemoryConfig.from_yaml(write(tmp_path, text), env={}) == MemoryConfig()
+
+
+def test_environment_overrides_yaml(tmp_path: Path) -> None:
+    path = write(tmp_path, "memory:\n  debounce_seconds: 5\n  storage: sqlite:///a.db\n")
+    env = {
+        "MEMORY_SQL_DEBOUNCE_SECONDS": "10",
+        "MEMORY_SQL_DATABASE_URL": "sqlite:///b.db",
+        "MEMORY_SQL_GUARANTEED_CATEGORIES": "correction, identity",
+        "MEMORY_SQL_ENABLED": "no",
+        "MEMORY_SQL_MODEL_NAME": "",
+        "MEMORY_SQL_TEST_PG_URL": "postgresql://elsewhere",
+    }
+    config = MemoryConfig.from_yaml(path, env=env)
+    assert config.debounce_seconds == 10
+    assert config.storage == "sqlite:///b.db"
+    assert config.guaranteed_categories == ("correction", "identity")
+    assert config.enabled is False
+    assert config.model_name is None
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [('["a", "b"]', ("a", "b")), ("a,b,a", ("a", "b")), ("", ()), ("[]", ())],
+)
+def test_env_lists(value: str, expected: tuple[str, ...]) -> None:
+    env = {"MEMORY_SQL_GUARANTEED_CATEGORIES": value}
+    assert MemoryConfig.from_env(env).guaranteed_categories == expected
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "env", "key", "expected"),
+    [
+        ("", {"OPENAI_API_KEY": "sk-env"}, "llm_api_key", "sk-env"),
+        ("  llm_api_key: sk-yaml\n", {"OPENAI_API_KEY": "sk-env"}, "llm_api_key", "sk-yaml"),
+        (
+            "  llm_api_key: sk-yaml\n",
+            {"OPENAI_API_KEY": "sk-env", "MEMORY_SQL_LLM_API_KEY": "sk-mine"},
+            "llm_api_key",
+            "sk-mine",
+        ),
+        (
+            "",
+            {"OPENAI_BASE_URL": "http://127.0.0.1:8000/v1"},
+            "llm_base_url",
+            "http://127.0.0.1:8000/v1",
+        ),
+        ("", {"OPENAI_MODEL": "qwen3"}, "model_name", "qwen3"),
+        ("  model_name: m1\n", {"OPENAI_MODEL": "qwen3"}, "model_name", "m1"),
+    ],
+)
+def test_openai_variables_are_the_lowest_priority(
+    tmp_path: Path, yaml_text: str, env: dict[str, str], key: str, expected: str
+) -> None:
+    config = MemoryConfig.from_yaml(write(tmp_path, "memory:\n" + yaml_text), env=env)
+    value: Any = getattr(config, key)
+    assert (value.get_secret_value() if key == "llm_api_key" else value) == expected
+
+
+def test_constructor_ignores_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEMORY_SQL_MAX_FACTS", "20")
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    config = MemoryConfig()
+    assert config.max_facts == 200 and config.llm_api_key is None
+    assert MemoryConfig.from_env().max_facts == 20
+
+
+BAD_VALUES = [
+    ("debounce_seconds", -1, "a number from 0 to 3600"),
+    ("debounce_seconds", True, "a boolean is not a number"),
+    ("debounce_seconds", "soon", "got 'soon'"),
+    ("max_debounce_seconds", 10, "must be at least debounce_seconds (30)"),
+    ("max_facts", 5, "a whole number from 10 to 10000"),
+    ("max_facts", 10001, "a whole number from 10 to 10000"),
+    ("max_facts", 20.5, "a whole number from 10 to 10000"),
+    ("min_confidence", 1.5, "a number from 0 to 1"),
+    ("min_confidence", float("nan"), "a number from 0 to 1"),
+    ("injected_memory_max_tokens", 50, "a whole number from 100 to 32000"),
+    ("guaranteed_token_budget", 9000, "from 0 to 8000"),
+    ("guaranteed_categories", ["Bad Name"], "is not a category name"),
+    ("guaranteed_categories", [3], "is not a category name"),
+    ("workers", 0, "a whole number from 1 to 32"),
+    ("lease_seconds", 0, "a number greater than 0 and at most 86400"),
+    ("max_attempts", 0, "from 1 to 100"),
+    ("llm_timeout_seconds", 601, "greater than 0 and at most 600"),
+    ("llm_temperature", 3, "from 0 to 2"),
+    ("llm_base_url", "ftp://x", "is not an http:// or https:// URL"),
+    ("storage", "  ", "storage is empty"),
+    ("storage", {"use": "x:Y", "bucket": 1}, "a mapping must be {use:"),
+    ("storage_class", "not a path!", "is not a class path"),
+    ("token_counting", "sometimes", "true, false, 'tiktoken' or 'char'"),
+    ("enabled", "perhaps", "true or false"),
+    ("tiktoken_encoding_file", "/no/such/cl100k_base.tiktoken", "is not a file"),
+    ("patterns_dir", "/no/such/folder", "is not a directory"),
+]
+
+
+@pytest.mark.parametrize(("key", "value", "fragment"), BAD_VALUES)
+def test_bad_value_names_key_and_allowed_range(key: str, value: Any, fragment: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        MemoryConfig(**{key: value})
+    message = str(info.value)
+    assert key in message
+    assert fragment in message
+
+
+def test_bad_env_value_names_the_variable() -> None:
+    with pytest.raises(ConfigError) as info:
+        MemoryConfig.from_env({"MEMORY_SQL_MAX_FACTS": "many"})
+    assert "max_facts (from MEMORY_SQL_MAX_FACTS): got 'many'" in str(info.value)
+    assert info.value.key == "max_facts"
+
+
+def test_bad_yaml_value_names_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "memory:\n  workers: 99\n")
+    with pytest.raises(ConfigError, match=rf"workers \(from {path}\).*from 1 to 32"):
+        MemoryConfig.from_yaml(path, env={})
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("memory:\n  max_factz: 10\n", "(did you mean 'max_facts'?)"),
+        ("memory:\n  colour: blue\n", "unknown key colour (from"),
+        ("memory:\n  storage: a\n  database_url: b\n", "either 'storage' or 'database_url'"),
+        ("memory:\n  1: x\n", "key 1 is not a string"),
+    ],
+)
+def test_unknown_keys_are_refused(tmp_path: Path, text: str, fragment: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        MemoryConfig.from_yaml(write(tmp_path, text), env={})
+    assert fragment in str(info.value)
+
+
+def test_unknown_env_variable_is_logged_and_ignored(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="memory_sql.config"):
+        config = MemoryConfig.from_env({"MEMORY_SQL_MAX_FACTZ": "10", "MEMORY_SQL_CONFIG": "x"})
+    assert config == MemoryConfig()
+    assert [r.getMessage() for r in caplog.records] == [
+        "ignoring unknown environment variable MEMORY_SQL_MAX_FACTZ"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment", "line"),
+    [
+        (None, "not found", None),
+        ("memory:\n  max_facts: [1,\n", "invalid YAML", 3),
+        ("memory:\n\tmax_facts: 1\n", "invalid YAML", 2),
+        ("- just\n- a list\n", "expected a mapping", None),
+        ("memory: [1, 2]\n", "'memory:' must be a mapping", None),
+    ],
+)
+def test_bad_config_file_names_the_path(
+    tmp_path: Path, text: str | None, fragment: str, line: int | None
+) -> None:
+    path = tmp_path / "config.yaml" if text is None else write(tmp_path, text)
+    with pytest.raises(ConfigError, match=fragment) as info:
+        MemoryConfig.from_yaml(path, env={})
+    assert str(path) in str(info.value)
+    assert info.value.path == str(path)
+    assert info.value.line == line
+
+
+def test_broken_pattern_file_is_refused_at_load(tmp_path: Path) -> None:
+    folder = tmp_path / "patterns"
+    folder.mkdir()
+    (folder / "correction.txt").write_text("fine\n(broken\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        MemoryConfig.from_yaml(write(tmp_path, f"memory:\n  patterns_dir: {folder}\n"), env={})
+    assert f"{(folder / 'correction.txt').resolve()}:2:" in str(info.value)
+    assert "patterns_dir" in str(info.value)
+
+
+def test_secrets_never_show() -> None:
+    url = "postgresql+psycopg://app:hunter2@db.internal/memory"
+    config = MemoryConfig.from_env({"OPENAI_API_KEY": SECRET, "MEMORY_SQL_STORAGE": url})
+    assert config.llm_api_key is not None and config.llm_api_key.get_secret_value() == SECRET
+    for shown in (repr(config), str(config), str(config.redacted())):
+        assert SECRET not in shown and "hunter2" not in shown
+    assert "app:***@db.internal" in repr(config)
+    assert config.redacted()["llm_api_key"] == "**********"
+
+    with pytest.raises(ConfigError) as info:
+        MemoryConfig(llm_api_key=SECRET, storage=url, max_facts=1, workers=url)
+    rendered = "".join(traceback.format_exception(info.value))
+    assert SECRET not in rendered and "hunter2" not in rendered
+    with pytest.raises(ValueError) as validated:
+        MemoryConfig.model_validate({"llm_api_key": SECRET, "max_facts": 1})
+    assert SECRET not in str(validated.value)
+
+
+def test_config_is_immutable() -> None:
+    config = MemoryConfig()
+    with pytest.raises(ValueError, match="frozen"):
+        config.max_facts = 10  # type: ignore[misc]
