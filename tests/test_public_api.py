@@ -12,8 +12,6 @@ def test_every_exported_name_exists_and_is_documented():
 
 
 def test_every_error_derives_from_the_root():
-    errors = [
-        getattr(memory_sql, name) for name in memory_sql.__all__ if name.endswith("Error")
-    ]
+    errors = [getattr(memory_sql, name) for name in memory_sql.__all__ if name.endswith("Error")]
     assert len(errors) >= 7
     assert all(issubclass(e, memory_sql.MemorySQLError) for e in errors)
