@@ -138,12 +138,14 @@ class History(_Model):
 
 
 class Fact(_Model):
-    """One durable thing known about the user.
+    """One durable thing known about the user; immutable (change one with :meth:`replace`).
 
     ``content`` is stripped and non-empty; ``category`` is a lower-case label (``preference``,
     ``correction``, …); ``confidence`` is a finite number in [0, 1]; ``source_error`` is, for a
     correction, the mistake it corrects.
     """
+
+    model_config = ConfigDict(frozen=True)
 
     id: str = Field(default_factory=new_fact_id)
     content: str
@@ -229,7 +231,12 @@ class Fact(_Model):
 
     @property
     def key(self) -> str:
+        """This fact's :func:`fact_key`."""
         return fact_key(self.content)
+
+    def replace(self, **changes: Any) -> Fact:
+        """A validated copy with ``changes`` applied (``fact.replace(confidence=0.9)``)."""
+        return Fact.model_validate({**self.model_dump(), **changes})
 
 
 class MemoryDocument(_Model):
@@ -256,8 +263,8 @@ class MemoryDocument(_Model):
         return 0 if isinstance(value, str) else value
 
     def clone(self) -> MemoryDocument:
-        """A copy that shares nothing mutable with this one, much cheaper than a deep copy
-        (the fields of facts and sections are immutable values)."""
+        """A copy that shares nothing mutable with this one, much cheaper than a deep copy:
+        facts are immutable, so the copy has a new list of the same facts."""
         return MemoryDocument.model_construct(
             user=UserContext.model_construct(
                 **{name: getattr(self.user, name).model_copy() for name in USER_SECTIONS}
@@ -265,7 +272,7 @@ class MemoryDocument(_Model):
             history=History.model_construct(
                 **{name: getattr(self.history, name).model_copy() for name in HISTORY_SECTIONS}
             ),
-            facts=[fact.model_copy() for fact in self.facts],
+            facts=list(self.facts),
             version=self.version,
             last_updated=self.last_updated,
         )

@@ -150,7 +150,18 @@ def test_duplicate_fact_finds_the_second_of_a_pair():
     assert MemoryDocument(facts=[Fact(content="A")]).duplicate_fact() is None
 
 
-def test_assignment_is_validated():
-    fact = Fact(content="x")
-    with pytest.raises(ValidationError):
-        fact.confidence = 2.0
+def test_facts_are_immutable_and_replace_validates():
+    fact = Fact(content="x", confidence=0.5)
+    with pytest.raises(ValidationError, match="frozen"):
+        fact.confidence = 0.9
+    changed = fact.replace(confidence=0.9, content="  y ")
+    assert (changed.id, changed.content, changed.confidence) == (fact.id, "y", 0.9)
+    assert fact.confidence == 0.5
+    with pytest.raises(ValidationError, match="between 0 and 1"):
+        fact.replace(confidence=2.0)
+
+
+def test_sections_validate_assignment():
+    doc = MemoryDocument()
+    with pytest.raises(ValidationError, match="NUL"):
+        doc.user.top_of_mind.summary = "a\x00b"

@@ -93,8 +93,8 @@ def test_updates_and_removals_round_trip(storage, scope):
     storage.save(doc, **scope)
     doc = storage.load(**scope)
     removed = doc.facts.pop(0)
-    doc.facts[0].confidence = 0.99
-    doc.facts[1].content = "fact number two, reworded"
+    doc.facts[0] = doc.facts[0].replace(confidence=0.99)
+    doc.facts[1] = doc.facts[1].replace(content="fact number two, reworded")
     doc.user.top_of_mind.summary = "Shipping v2."
     assert storage.save(doc, **scope) == 2
     loaded = storage.load(**scope)
@@ -151,10 +151,11 @@ def test_loaded_documents_share_nothing_with_the_cache(storage, scope):
     doc.facts.append(_fact("Runs marathons"))
     storage.save(doc, **scope)
     first = storage.load(**scope)
-    first.facts[0].content = "changed in memory only"
+    first.facts[0] = first.facts[0].replace(content="changed in memory only")
+    first.facts.append(Fact(content="appended in memory only"))
     first.user.work_context.summary = "changed too"
     second = storage.load(**scope)
-    assert second.facts[0].content == "Runs marathons"
+    assert [f.content for f in second.facts] == ["Runs marathons"]
     assert second.user.work_context.summary == ""
 
 
