@@ -32,12 +32,44 @@ _FACT_COLUMNS = (
 )
 
 
+def _in_scope(table: sa.Table) -> sa.ColumnElement[bool]:
+    """The scope filter, bound by name: statements built once and reused skip SQLAlchemy's
+    per-call construction and cache-key work on the hot load path."""
+    return sa.and_(
+        table.c.tenant_id == sa.bindparam("scope_tenant"),
+        table.c.user_id == sa.bindparam("scope_user"),
+        table.c.agent_name == sa.bindparam("scope_agent"),
+    )
+
+
+_SELECT_HEAD = sa.select(memory_scopes.c.version, memory_scopes.c.updated_at).where(
+    _in_scope(memory_scopes)
+)
+_SELECT_SECTIONS = sa.select(
+    memory_sections.c.section, memory_sections.c.summary, memory_sections.c.updated_at
+).where(_in_scope(memory_sections))
+_SELECT_FACTS = sa.select(*_FACT_COLUMNS).where(_in_scope(memory_facts))
+_BUMP_VERSION = (
+    sa.update(memory_scopes)
+    .where(_in_scope(memory_scopes), memory_scopes.c.version == sa.bindparam("expected"))
+    .values(version=memory_scopes.c.version + 1, updated_at=sa.bindparam("now"))
+)
+
+
 def _where(table: sa.Table, scope: Scope) -> sa.ColumnElement[bool]:
     return sa.and_(
         table.c.tenant_id == scope.tenant_id,
         table.c.user_id == scope.user_id,
         table.c.agent_name == scope.agent_key,
     )
+
+
+def _scope_params(scope: Scope) -> dict[str, str]:
+    return {
+        "scope_tenant": scope.tenant_id,
+        "scope_user": scope.user_id,
+        "scope_agent": scope.agent_key,
+    }
 
 
 def _scope_values(scope: Scope) -> dict[str, str]:
@@ -104,11 +136,7 @@ class SQLStorage(MemoryStorage):
 
     def _load(self, scope: Scope) -> MemoryDocument:
         with self._errors(scope), self.engine.connect() as conn:
-            head = conn.execute(
-                sa.select(memory_scopes.c.version, memory_scopes.c.updated_at).where(
-                    _where(memory_scopes, scope)
-                )
-            ).first()
+            head = conn.execute(_SELECT_HEAD, _scope_params(scope)).first()
             cached = self._cached(scope)
             if head is not None and cached is not None and cached.version == head.version:
                 return cached.clone()
@@ -116,11 +144,7 @@ class SQLStorage(MemoryStorage):
             # rows read between two equal version reads form one consistent document.
             while head is not None:
                 doc = self._read_rows(conn, scope, head.version, head.updated_at)
-                again = conn.execute(
-                    sa.select(memory_scopes.c.version, memory_scopes.c.updated_at).where(
-                        _where(memory_scopes, scope)
-                    )
-                ).first()
+                again = conn.execute(_SELECT_HEAD, _scope_params(scope)).first()
                 if again is not None and again.version == head.version:
                     self._remember(scope, doc)
                     return doc.clone()
@@ -132,16 +156,12 @@ class SQLStorage(MemoryStorage):
         self, conn: Connection, scope: Scope, version: int, last_updated: Any
     ) -> MemoryDocument:
         doc = MemoryDocument(version=version, last_updated=last_updated)
-        sections = conn.execute(
-            sa.select(
-                memory_sections.c.section, memory_sections.c.summary, memory_sections.c.updated_at
-            ).where(_where(memory_sections, scope))
-        )
+        sections = conn.execute(_SELECT_SECTIONS, _scope_params(scope))
         for name, summary, updated_at in sections:
             group = doc.user if hasattr(doc.user, name) else doc.history
             setattr(group, name, Section(summary=summary, updated_at=updated_at))
         # Sorted here, not by ORDER BY, which can lure a planner onto a tenant-wide time index.
-        rows = conn.execute(sa.select(*_FACT_COLUMNS).where(_where(memory_facts, scope)))
+        rows = conn.execute(_SELECT_FACTS, _scope_params(scope))
         doc.facts = sort_facts(
             Fact(
                 id=row.fact_id,
@@ -189,9 +209,7 @@ class SQLStorage(MemoryStorage):
                 self._conflict(conn, scope, expected_version)
             return MemoryDocument()
         updated = conn.execute(
-            sa.update(memory_scopes)
-            .where(_where(memory_scopes, scope), memory_scopes.c.version == expected_version)
-            .values(version=memory_scopes.c.version + 1, updated_at=now)
+            _BUMP_VERSION, {**_scope_params(scope), "expected": expected_version, "now": now}
         )
         if updated.rowcount != 1:
             self._conflict(conn, scope, expected_version)
@@ -201,9 +219,7 @@ class SQLStorage(MemoryStorage):
         return self._read_rows(conn, scope, expected_version, None)
 
     def _conflict(self, conn: Connection, scope: Scope, expected_version: int) -> None:
-        actual = conn.execute(
-            sa.select(memory_scopes.c.version).where(_where(memory_scopes, scope))
-        ).scalar()
+        actual = conn.execute(_SELECT_HEAD, _scope_params(scope)).scalar()
         raise VersionConflictError(str(scope), expected_version, actual)
 
     def _write(self, conn: Connection, scope: Scope, changes: Changes) -> None:
