@@ -10,6 +10,8 @@ from .errors import ConfigError as ConfigError
 from .errors import DuplicateFactError as DuplicateFactError
 from .errors import InvalidMessageError as InvalidMessageError
 from .errors import InvalidScopeError as InvalidScopeError
+from .errors import InvalidUpdateError as InvalidUpdateError
+from .errors import LLMError as LLMError
 from .errors import MemorySQLError as MemorySQLError
 from .errors import SchemaOutOfDateError as SchemaOutOfDateError
 from .errors import StorageError as StorageError
@@ -18,6 +20,7 @@ from .injection import format_memory_for_injection as format_memory_for_injectio
 from .injection import render_memory_block as render_memory_block
 from .intake import filter_messages_for_memory as filter_messages_for_memory
 from .intake import has_minimum_dialogue as has_minimum_dialogue
+from .llm import LLMClient as LLMClient
 from .messages import Message as Message
 from .messages import normalize_messages as normalize_messages
 from .models import Fact as Fact
@@ -35,6 +38,10 @@ from .storage import MemoryStorage as MemoryStorage
 from .storage import open_storage as open_storage
 from .tokens import TokenCounter as TokenCounter
 from .tokens import make_token_counter as make_token_counter
+from .update_parser import MemoryUpdate as MemoryUpdate
+from .update_parser import parse_update as parse_update
+from .updater import MemoryUpdater as MemoryUpdater
+from .updater import UpdateResult as UpdateResult
 from .uploads import strip_upload_mentions as strip_upload_mentions
 
 __all__ = [
@@ -44,10 +51,15 @@ __all__ = [
     "History",
     "InvalidMessageError",
     "InvalidScopeError",
+    "InvalidUpdateError",
+    "LLMClient",
+    "LLMError",
     "MemoryConfig",
     "MemoryDocument",
     "MemorySQLError",
     "MemoryStorage",
+    "MemoryUpdate",
+    "MemoryUpdater",
     "Message",
     "SchemaOutOfDateError",
     "Scope",
@@ -55,6 +67,7 @@ __all__ = [
     "Signals",
     "StorageError",
     "TokenCounter",
+    "UpdateResult",
     "UserContext",
     "VersionConflictError",
     "detect_correction",
@@ -67,6 +80,7 @@ __all__ = [
     "make_token_counter",
     "normalize_messages",
     "open_storage",
+    "parse_update",
     "render_memory_block",
     "strip_upload_mentions",
 ]

@@ -90,3 +90,25 @@ class ConfigError(MemorySQLError, ValueError):
         self.path = path
         self.line = line
         super().__init__(message)
+
+
+class LLMError(MemorySQLError):
+    """The memory LLM could not be asked: no model configured, a timeout, a refused
+    connection, an HTTP error status, or a reply without text.
+
+    The message names the endpoint (``endpoint``) and the cause; ``status`` is the HTTP status
+    when the server answered with one. The API key is never part of it.
+    """
+
+    def __init__(self, message: str, *, endpoint: str | None = None, status: int | None = None):
+        self.endpoint = endpoint
+        self.status = status
+        super().__init__(message)
+
+
+class InvalidUpdateError(MemorySQLError, ValueError):
+    """The LLM's reply is not a memory update of the expected shape; ``reason`` says why."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"invalid memory update from the LLM: {reason}")

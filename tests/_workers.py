@@ -27,3 +27,23 @@ def add_distinct_facts(target, scope, worker, count, start, results) -> None:
     finally:
         store.close()
     results.put((worker, saves, conflicts))
+
+
+def run_memory_update(target, scope, settings, thread_id, text, start, results) -> None:
+    """One :class:`MemoryUpdater` run on a one-turn conversation saying ``text``, started when
+    ``start`` is set. Reports ``(thread_id, UpdateResult as a dict)``."""
+    from dataclasses import asdict
+
+    from memory_sql.config import MemoryConfig
+    from memory_sql.updater import MemoryUpdater
+
+    store = open_storage(target)
+    updater = MemoryUpdater(MemoryConfig(**settings), store)
+    messages = [{"role": "user", "content": text}, {"role": "assistant", "content": "Noted."}]
+    start.wait()
+    try:
+        result = updater.update_memory(messages, thread_id=thread_id, **scope)
+    finally:
+        updater.close()
+        store.close()
+    results.put((thread_id, asdict(result)))

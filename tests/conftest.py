@@ -124,3 +124,13 @@ def assert_no_checked_out_connections(store: MemoryStorage) -> None:
 def scope() -> dict[str, str]:
     """Scope arguments no other test uses."""
     return {"user_id": f"user-{uuid.uuid4().hex[:10]}", "agent_name": "coder"}
+
+
+@pytest.fixture
+def llm() -> Iterator[object]:
+    """A started chat-completions server with scripted replies (``tests/llm_server.py``);
+    ``llm_server.llm_config(llm)`` makes a MemoryConfig that points at it."""
+    from llm_server import ScriptedLLM
+
+    with ScriptedLLM() as server:
+        yield server

@@ -1,0 +1,268 @@
+"""The memory LLM: one synchronous chat-completions call to any OpenAI-compatible endpoint.
+
+Settings come from :class:`~memory_sql.MemoryConfig`, each falling back to the usual OpenAI
+variable when the config leaves it unset: ``model_name`` (``OPENAI_MODEL``), ``llm_base_url``
+(``OPENAI_BASE_URL``, else OpenAI's own API), ``llm_api_key`` (``OPENAI_API_KEY``). An endpoint
+other than OpenAI's may go without a key (local servers such as Ollama or llama.cpp ignore
+it); OpenAI's own needs one.
+
+Calls are synchronous on purpose: the updater runs them on worker threads, where they share
+no event loop (nor a loop-bound connection pool) with the agent (DeerFlow issue #2615). The
+``openai`` client is built at the first call and reused; it is safe to share between threads.
+
+Retries and timeouts are the ``openai`` client's own: ``llm_max_retries`` more tries after a
+timeout, a refused connection, HTTP 408/409/429 or 5xx (with its back-off, or the server's
+``retry-after``), each try limited to ``llm_timeout_seconds``. A call can therefore take up to
+``(llm_max_retries + 1) × llm_timeout_seconds`` plus back-off.
+
+JSON mode (``llm_json_mode``) sends ``response_format={"type": "json_object"}``. Servers that
+do not know the option answer HTTP 400: the call is then made once more without it, and if that
+succeeds the client stops sending it. The prompt asks for JSON either way.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from .errors import LLMError
+
+if TYPE_CHECKING:
+    import openai
+
+    from .config import MemoryConfig
+
+logger = logging.getLogger(__name__)
+
+OPENAI_API_URL = "https://api.openai.com/v1"
+_PLACEHOLDER_KEY = "not-needed"
+_MAX_DETAIL_CHARS = 300
+
+
+@dataclass(frozen=True)
+class Completion:
+    """The text the model answered, what it cost in tokens, and which model answered.
+
+    Token counts are 0 when the server reports no usage.
+    """
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    model: str
+
+
+class LLMClient:
+    """Sends chat messages to one model and returns its answer as a :class:`Completion`.
+
+    Build it with :meth:`from_config`. Nothing is checked or connected until the first
+    :meth:`complete`, so a service without a model configured starts and fails only when it
+    first needs the LLM.
+    """
+
+    def __init__(
+        self,
+        *,
+        model: str | None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout_seconds: float = 60.0,
+        max_retries: int = 2,
+        temperature: float = 0.0,
+        json_mode: bool = True,
+    ) -> None:
+        self.model = model
+        self.base_url = (base_url or OPENAI_API_URL).rstrip("/")
+        self.timeout_seconds = timeout_seconds
+        self.max_retries = max_retries
+        self.temperature = temperature
+        self.json_mode = json_mode
+        self._api_key = api_key
+        self._client: openai.OpenAI | None = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_config(
+        cls, config: MemoryConfig, *, env: Mapping[str, str] | None = None
+    ) -> LLMClient:
+        """A client for the model ``config`` names, with the ``OPENAI_*`` fallbacks of the
+        module docstring read from ``env`` (default ``os.environ``)."""
+        env = os.environ if env is None else env
+        key = config.llm_api_key.get_secret_value() if config.llm_api_key is not None else None
+        return cls(
+            model=config.model_name or env.get("OPENAI_MODEL") or None,
+            base_url=config.llm_base_url or env.get("OPENAI_BASE_URL") or None,
+            api_key=key or env.get("OPENAI_API_KEY") or None,
+            timeout_seconds=config.llm_timeout_seconds,
+            max_retries=config.llm_max_retries,
+            temperature=config.llm_temperature,
+            json_mode=config.llm_json_mode,
+        )
+
+    def __repr__(self) -> str:
+        return f"LLMClient(model={self.model!r}, base_url={self.base_url!r})"
+
+    def complete(self, messages: list[dict[str, str]]) -> Completion:
+        """The model's answer to ``messages`` (``{"role": …, "content": …}`` dicts).
+
+        Raises:
+            LLMError: no model or key is configured, the call timed out or could not connect,
+                the server answered an error status, or the answer holds no text.
+        """
+        client = self._openai()
+        assert self.model is not None
+        options: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "temperature": self.temperature,
+        }
+        if self.json_mode:
+            try:
+                return self._create(client, {**options, "response_format": _JSON_FORMAT})
+            except LLMError as exc:
+                if exc.status != 400:
+                    raise
+                logger.info(
+                    "%s answered HTTP 400 to response_format=json_object; asking again without it",
+                    self.base_url,
+                )
+                completion = self._create(client, options)
+                self.json_mode = False
+                logger.warning(
+                    "%s does not accept JSON mode (response_format); no longer sending it",
+                    self.base_url,
+                )
+                return completion
+        return self._create(client, options)
+
+    def close(self) -> None:
+        """Close the HTTP connections; a later :meth:`complete` opens new ones."""
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+    def __enter__(self) -> LLMClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # Internals ---------------------------------------------------------------------------
+
+    def _openai(self) -> openai.OpenAI:
+        with self._lock:
+            if self._client is not None:
+                return self._client
+            if not self.model:
+                raise LLMError(
+                    f"no memory LLM model configured for {self.base_url}: "
+                    "set model_name (or MEMORY_SQL_MODEL_NAME / OPENAI_MODEL)",
+                    endpoint=self.base_url,
+                )
+            key = self._api_key
+            if not key:
+                if self.base_url == OPENAI_API_URL:
+                    raise LLMError(
+                        f"no API key configured for {self.base_url}: "
+                        "set llm_api_key (or MEMORY_SQL_LLM_API_KEY / OPENAI_API_KEY)",
+                        endpoint=self.base_url,
+                    )
+                key = _PLACEHOLDER_KEY
+            import openai
+
+            try:
+                self._client = openai.OpenAI(
+                    api_key=key,
+                    base_url=self.base_url,
+                    timeout=self.timeout_seconds,
+                    max_retries=self.max_retries,
+                )
+            except openai.OpenAIError as exc:
+                raise self._error(f"cannot build the client: {exc}") from None
+            return self._client
+
+    def _create(self, client: openai.OpenAI, options: dict[str, Any]) -> Completion:
+        import openai
+
+        try:
+            response = client.chat.completions.create(**options)
+        except openai.APITimeoutError:
+            raise self._error(f"timed out after {self.timeout_seconds:g} s") from None
+        except openai.APIConnectionError as exc:
+            raise self._error(f"connection failed ({_root_cause(exc)})") from None
+        except openai.APIStatusError as exc:
+            detail = _error_detail(exc.body) or exc.response.reason_phrase or ""
+            hint = " (check llm_api_key)" if exc.status_code in (401, 403) else ""
+            raise self._error(
+                f"HTTP {exc.status_code}{hint}: {detail}", status=exc.status_code
+            ) from None
+        except openai.OpenAIError as exc:
+            raise self._error(f"{type(exc).__name__}: {exc}") from None
+        choices = response.choices or []
+        if not choices:
+            raise self._error("the reply has no choices")
+        choice = choices[0]
+        text = choice.message.content if choice.message is not None else None
+        if not isinstance(text, str) or not text:
+            raise self._error(f"the reply has no text (finish_reason {choice.finish_reason!r})")
+        if choice.finish_reason == "length":
+            logger.warning(
+                "%s (model %s) stopped at its token limit; the reply is probably cut short",
+                self.base_url,
+                self.model,
+            )
+        usage = response.usage
+        return Completion(
+            text=text,
+            prompt_tokens=_count(getattr(usage, "prompt_tokens", None)),
+            completion_tokens=_count(getattr(usage, "completion_tokens", None)),
+            model=response.model or self.model or "",
+        )
+
+    def _error(self, cause: str, *, status: int | None = None) -> LLMError:
+        message = f"LLM call to {self.base_url} (model {self.model}) failed: {cause}"
+        if self._api_key:
+            message = message.replace(self._api_key, "***")
+        return LLMError(message, endpoint=self.base_url, status=status)
+
+
+_JSON_FORMAT = {"type": "json_object"}
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def _error_detail(body: Any) -> str:
+    """The message of an OpenAI-style error body (``{"error": {"message": …}}``), shortened."""
+    if isinstance(body, Mapping):
+        inner = body.get("error", body)
+        message = inner.get("message") if isinstance(inner, Mapping) else inner
+        text = message if isinstance(message, str) else str(message or "")
+    elif isinstance(body, str):
+        text = body
+    else:
+        text = ""
+    text = " ".join(text.split())
+    return text if len(text) <= _MAX_DETAIL_CHARS else text[: _MAX_DETAIL_CHARS - 1] + "…"
+
+
+def _root_cause(exc: BaseException) -> str:
+    """The innermost cause of a connection error, e.g. ``ConnectionRefusedError``."""
+    seen = exc
+    while seen.__cause__ is not None or seen.__context__ is not None:
+        seen = seen.__cause__ or seen.__context__  # type: ignore[assignment]
+    if isinstance(seen, ConnectionRefusedError) or "refused" in str(seen).lower():
+        return "connection refused"
+    return f"{type(seen).__name__}: {seen}" if str(seen) else type(seen).__name__

@@ -1,0 +1,320 @@
+"""Reading the memory LLM's reply: find the JSON object in it and validate its shape.
+
+The reply should be one JSON object (the shape is spelled out in :mod:`memory_sql.prompt`)::
+
+    {"user": {"workContext": {"summary": "…", "shouldUpdate": true}, …},
+     "history": {"recentMonths": {"summary": "…", "shouldUpdate": false}, …},
+     "newFacts": [{"content": "…", "category": "preference", "confidence": 0.9,
+                   "sourceError": "…"}],
+     "factsToRemove": ["fact_1a2b3c4d5e6f"]}
+
+Finding it: ``<think>…</think>`` blocks (and everything before a lone ``</think>``) are dropped;
+the first JSON object that has the keys ``user``, ``history`` and ``newFacts`` is taken, whether
+it stands alone, sits in a code fence or in prose, or is nested in another object; objects
+without them are skipped. A reply that is a JSON array is refused even if it holds such an
+object. Truncated JSON is not repaired. A reply longer than :data:`MAX_REPLY_CHARS` (or, once
+reasoning is dropped, :data:`MAX_JSON_CHARS`) is refused unread, and at most
+:data:`MAX_CANDIDATES` places where an object could start are tried, so a hostile reply costs
+little time.
+
+Validating it (all or nothing: one bad part rejects the whole reply, and the memory stays as it
+was):
+
+- ``user`` and ``history`` are objects; each section in them is optional and, when present, an
+  object ``{summary: string, shouldUpdate: boolean}``. Section names other than the six known
+  are ignored.
+- ``newFacts`` is a list of objects, each with a non-blank string ``content`` and a
+  ``confidence`` between 0 and 1: a JSON number, or a string holding one (``"0.9"``); words
+  (``"high"``), booleans, NaN and infinities are refused. ``category`` defaults to ``context``
+  and is lower-cased; ``sourceError`` is an optional string.
+- ``factsToRemove`` (optional) is a list of fact ids, as strings or as ``{"id": …}`` objects.
+- Keys may be camelCase or snake_case (``shouldUpdate``/``should_update``, ``newFacts``/
+  ``new_facts``, ``workContext``/``work_context``, …); other keys are ignored.
+
+DeerFlow instead drops a fact with a bad confidence and keeps the rest, unless the reply also
+removes facts; a reply that gets part of the shape wrong is not trusted with the rest of it
+here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictStr,
+    ValidationError,
+    field_validator,
+)
+
+from .errors import InvalidUpdateError
+from .models import CATEGORY_PATTERN, HISTORY_SECTIONS, USER_SECTIONS, check_text
+
+MAX_REPLY_CHARS = 2_000_000
+MAX_JSON_CHARS = 300_000
+MAX_CANDIDATES = 64
+MAX_NEW_FACTS = 500
+MAX_REMOVALS = 10_000
+
+_REQUIRED = ("user", "history", "newFacts")
+_KEY_ALIASES = {"user": ("user",), "history": ("history",), "newFacts": ("newFacts", "new_facts")}
+_KNOWN_KEYS = frozenset({"user", "history", "newFacts", "new_facts", "factsToRemove"})
+_THINK_BLOCK = re.compile(r"<think(?:ing)?>.*?</think(?:ing)?>", re.DOTALL | re.IGNORECASE)
+_THINK_END = re.compile(r"</think(?:ing)?>", re.IGNORECASE)
+_FENCE_OPEN = re.compile(r"\A```[\w-]*\s*")
+# Where an object may start: "{" then a key or "}".
+_OBJECT_START = re.compile(r"\{\s*[\"}]")
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+
+class SectionUpdate(_Strict):
+    """What the LLM says about one summary section."""
+
+    summary: StrictStr = ""
+    should_update: StrictBool = Field(
+        default=False, validation_alias=AliasChoices("shouldUpdate", "should_update")
+    )
+
+    @field_validator("summary", mode="before")
+    @classmethod
+    def _none_is_empty(cls, value: Any) -> Any:
+        return "" if value is None else value
+
+    @field_validator("summary")
+    @classmethod
+    def _text(cls, value: str) -> str:
+        return check_text(value).strip()
+
+
+def _section_field(name: str) -> Any:
+    return Field(default=None, validation_alias=AliasChoices(_camel(name), name))
+
+
+class UserUpdate(_Strict):
+    """Proposed user-context sections (absent: not proposed)."""
+
+    work_context: SectionUpdate | None = _section_field("work_context")
+    personal_context: SectionUpdate | None = _section_field("personal_context")
+    top_of_mind: SectionUpdate | None = _section_field("top_of_mind")
+
+
+class HistoryUpdate(_Strict):
+    """Proposed history sections (absent: not proposed)."""
+
+    recent_months: SectionUpdate | None = _section_field("recent_months")
+    earlier_context: SectionUpdate | None = _section_field("earlier_context")
+    long_term_background: SectionUpdate | None = _section_field("long_term_background")
+
+
+class NewFact(_Strict):
+    """A fact the LLM proposes to remember."""
+
+    content: StrictStr
+    category: StrictStr = "context"
+    confidence: float
+    source_error: StrictStr | None = Field(
+        default=None, validation_alias=AliasChoices("sourceError", "source_error")
+    )
+
+    @field_validator("content")
+    @classmethod
+    def _content(cls, value: str) -> str:
+        value = check_text(value).strip()
+        if not value:
+            raise ValueError("content is empty")
+        return value
+
+    @field_validator("category", mode="before")
+    @classmethod
+    def _category(cls, value: Any) -> Any:
+        if value is None:
+            return "context"
+        if isinstance(value, str):
+            value = value.strip().lower() or "context"
+            if not CATEGORY_PATTERN.fullmatch(value):
+                raise ValueError(f"category {value[:40]!r} is not a label (^[a-z0-9_-]{{1,32}}$)")
+        return value
+
+    @field_validator("confidence", mode="before")
+    @classmethod
+    def _confidence(cls, value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise ValueError(f"confidence must be a number, not {type(value).__name__}")
+        if isinstance(value, str):
+            try:
+                value = float(value.strip())
+            except ValueError:
+                raise ValueError(f"confidence {value[:20]!r} is not a number") from None
+        if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+            raise ValueError(f"confidence {value!r} is not between 0 and 1")
+        return float(value)
+
+    @field_validator("source_error")
+    @classmethod
+    def _source_error(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        return check_text(value).strip() or None
+
+
+class MemoryUpdate(_Strict):
+    """A validated reply of the memory LLM (see the module docstring for the JSON)."""
+
+    user: UserUpdate
+    history: HistoryUpdate
+    new_facts: list[NewFact] = Field(
+        validation_alias=AliasChoices("newFacts", "new_facts"), max_length=MAX_NEW_FACTS
+    )
+    facts_to_remove: list[StrictStr] = Field(
+        default_factory=list,
+        validation_alias=AliasChoices("factsToRemove", "facts_to_remove"),
+        max_length=MAX_REMOVALS,
+    )
+
+    @field_validator("facts_to_remove", mode="before")
+    @classmethod
+    def _ids(cls, value: Any) -> Any:
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            return value
+        ids = []
+        for item in value:
+            if isinstance(item, dict):
+                item = item.get("id", item.get("factId", item.get("fact_id")))
+            if not isinstance(item, str):
+                raise ValueError(f"a fact id must be a string, not {type(item).__name__}")
+            ids.append(item.strip())
+        return ids
+
+    def section_updates(self) -> dict[str, str]:
+        """The sections to rewrite, by name (``work_context`` …), with their new summaries:
+        those marked ``shouldUpdate`` with a non-blank summary."""
+        proposed: dict[str, str] = {}
+        for group, names in ((self.user, USER_SECTIONS), (self.history, HISTORY_SECTIONS)):
+            for name in names:
+                section: SectionUpdate | None = getattr(group, name)
+                if section is not None and section.should_update and section.summary:
+                    proposed[name] = section.summary
+        return proposed
+
+
+def parse_update(text: str) -> MemoryUpdate:
+    """The memory update in the LLM's reply ``text``.
+
+    Raises:
+        InvalidUpdateError: no JSON object with ``user``, ``history`` and ``newFacts`` is found,
+            or the one found does not have the expected shape; the reason names what is wrong.
+    """
+    if not isinstance(text, str):
+        raise InvalidUpdateError(f"the reply is {type(text).__name__}, not text")
+    if len(text) > MAX_REPLY_CHARS:
+        raise InvalidUpdateError(f"the reply is {len(text)} characters, over {MAX_REPLY_CHARS}")
+    data = _find_object(_drop_reasoning(text))
+    try:
+        return MemoryUpdate.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidUpdateError(_describe(exc)) from None
+
+
+def _drop_reasoning(text: str) -> str:
+    if "think" not in text.lower():
+        return text
+    text = _THINK_BLOCK.sub("", text)
+    ends = list(_THINK_END.finditer(text))
+    return text[ends[-1].end() :] if ends else text
+
+
+def _find_object(text: str) -> dict[str, Any]:
+    stripped = text.strip()
+    if not stripped:
+        raise InvalidUpdateError("the reply is empty")
+    if len(stripped) > MAX_JSON_CHARS:
+        raise InvalidUpdateError(
+            f"the reply is {len(stripped)} characters without reasoning, over {MAX_JSON_CHARS}"
+        )
+    decoder = json.JSONDecoder()
+    body = _FENCE_OPEN.sub("", stripped, count=1)
+    if body.startswith("["):
+        try:
+            value, _ = decoder.raw_decode(body)
+        except (ValueError, RecursionError):
+            pass
+        else:
+            raise InvalidUpdateError(
+                f"the reply is a JSON array of {len(value)} items, not an object"
+            )
+    partial: list[str] | None = None
+    error: str | None = None
+    position = tried = 0
+    while tried < MAX_CANDIDATES:
+        match = _OBJECT_START.search(stripped, position)
+        if match is None:
+            break
+        tried += 1
+        try:
+            value, end = decoder.raw_decode(stripped, match.start())
+        except (ValueError, RecursionError) as exc:
+            error = error or _decode_problem(exc)
+            position = match.start() + 1
+            continue
+        found, missing = _search(value)
+        if found is not None:
+            return found
+        partial = partial or missing
+        position = end
+    if partial:
+        raise InvalidUpdateError(f"the JSON object lacks {', '.join(partial)}")
+    if error is not None:
+        raise InvalidUpdateError(f"no complete JSON object in the reply ({error})")
+    raise InvalidUpdateError("no JSON object in the reply")
+
+
+def _decode_problem(exc: Exception) -> str:
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{exc.msg} (character {exc.pos})"
+    if isinstance(exc, RecursionError):
+        return "JSON nested too deeply"
+    return str(exc)  # e.g. an integer of more than 4300 digits
+
+
+def _search(value: Any) -> tuple[dict[str, Any] | None, list[str] | None]:
+    """The first object, ``value`` or one nested in it (breadth first), with all the required
+    keys; else None and the keys missing from the first object that has some of them."""
+    partial: list[str] | None = None
+    queue = [value]
+    for item in queue:
+        if isinstance(item, dict):
+            missing = [key for key in _REQUIRED if not any(a in item for a in _KEY_ALIASES[key])]
+            if not missing:
+                return item, None
+            if partial is None and _KNOWN_KEYS.intersection(item):
+                partial = missing
+            queue.extend(v for v in item.values() if isinstance(v, (dict, list)))
+        elif isinstance(item, list):
+            queue.extend(v for v in item if isinstance(v, (dict, list)))
+    return None, partial
+
+
+def _describe(exc: ValidationError) -> str:
+    problems = []
+    for error in exc.errors(include_url=False, include_input=False)[:3]:
+        where = ".".join(str(part) for part in error["loc"]) or "reply"
+        problems.append(f"{where}: {error['msg'].removeprefix('Value error, ')}")
+    more = exc.error_count() - len(problems)
+    return "; ".join(problems) + (f" (and {more} more)" if more > 0 else "")

@@ -1,0 +1,431 @@
+"""Updating a stored memory from a finished conversation: prompt, LLM, parse, apply, save.
+
+:meth:`MemoryUpdater.update_memory` loads the scope's memory, asks the LLM once
+(:mod:`memory_sql.prompt`), reads its reply (:mod:`memory_sql.update_parser`), applies it
+(:func:`apply_update`) and saves with ``expected_version``. When another writer saved first,
+the memory is loaded again and the same reply applied to it, without asking the LLM again, up
+to :data:`MAX_SAVE_ATTEMPTS` saves in all.
+
+:func:`apply_update` applies a reply, in this order:
+
+1. sections the reply marks ``shouldUpdate`` (with a non-blank summary) are replaced whole,
+   stamped ``now``;
+2. facts named in ``factsToRemove`` are removed; ids the memory does not hold are ignored and
+   logged;
+3. new facts are added when their confidence is at least ``min_confidence``, they are not a
+   casefold duplicate (:func:`~memory_sql.fact_key`) of a fact kept or of an earlier new fact,
+   and they do not mention an uploaded file; each gets a new id, ``source_thread_id`` and
+   ``created_at = updated_at = now``;
+4. beyond ``max_facts`` facts, the lowest-confidence ones are evicted (on a tie, the oldest);
+   facts of ``guaranteed_categories`` go only when no other fact is left; a new fact can be
+   evicted at once, and is then not added;
+5. upload mentions are scrubbed from every summary and fact
+   (:func:`~memory_sql.strip_upload_mentions`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from functools import lru_cache
+from typing import Any
+
+from .config import MemoryConfig
+from .errors import (
+    DuplicateFactError,
+    InvalidScopeError,
+    InvalidUpdateError,
+    LLMError,
+    StorageError,
+    VersionConflictError,
+)
+from .intake import filter_messages_for_memory
+from .llm import LLMClient
+from .messages import Message
+from .models import Fact, MemoryDocument, Section, check_text, fact_key, utcnow
+from .pattern_files import load_patterns
+from .prompt import build_update_prompt
+from .scope import Scope
+from .storage.base import MemoryStorage
+from .update_parser import MemoryUpdate, parse_update
+from .uploads import mentions_upload, strip_upload_mentions
+
+logger = logging.getLogger(__name__)
+
+MAX_SAVE_ATTEMPTS = 3
+MAX_THREAD_ID_CHARS = 256
+
+
+@dataclass(frozen=True)
+class UpdateResult:
+    """What one :meth:`MemoryUpdater.update_memory` did.
+
+    ``ok`` is false when the update failed, ``error`` then says why in one line and nothing was
+    stored. Fact ids: ``facts_added`` (new), ``facts_removed`` (named by the LLM, or dropped for
+    mentioning an upload), ``facts_evicted`` (over ``max_facts``); ``sections_updated`` names
+    the sections rewritten (``work_context`` …). Token counts are the LLM's (0 when it was not
+    called or did not say). ``version`` is the stored version afterwards (``None`` when it is
+    not known), ``attempts`` the number of saves tried, ``llm_called`` whether the LLM was asked.
+    """
+
+    ok: bool
+    error: str | None = None
+    facts_added: tuple[str, ...] = ()
+    facts_removed: tuple[str, ...] = ()
+    facts_evicted: tuple[str, ...] = ()
+    sections_updated: tuple[str, ...] = ()
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    version: int | None = None
+    attempts: int = 0
+    llm_called: bool = False
+
+    @property
+    def changed(self) -> bool:
+        """Whether the stored memory changed."""
+        return bool(
+            self.facts_added or self.facts_removed or self.facts_evicted or self.sections_updated
+        )
+
+
+@dataclass(frozen=True)
+class AppliedChanges:
+    """What :func:`apply_update` changed, and what it left out and why.
+
+    ``ignored_removals`` are ids named for removal that the memory does not hold;
+    ``skipped_facts`` are ``(content, reason)`` of proposed facts not added (``"low
+    confidence"``, ``"duplicate"``, ``"upload"``, ``"over max_facts"``).
+    """
+
+    facts_added: tuple[str, ...] = ()
+    facts_removed: tuple[str, ...] = ()
+    facts_evicted: tuple[str, ...] = ()
+    sections_updated: tuple[str, ...] = ()
+    ignored_removals: tuple[str, ...] = ()
+    skipped_facts: tuple[tuple[str, str], ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(
+            self.facts_added or self.facts_removed or self.facts_evicted or self.sections_updated
+        )
+
+
+def apply_update(
+    memory: MemoryDocument,
+    update: MemoryUpdate,
+    *,
+    thread_id: str | None,
+    config: MemoryConfig,
+    now: datetime,
+) -> tuple[MemoryDocument, AppliedChanges]:
+    """``memory`` with ``update`` applied by the rules of the module docstring, and what
+    changed. ``memory`` itself is not modified; the result keeps its ``version``."""
+    doc = memory.clone()
+    sections_updated = _update_sections(doc, update.section_updates(), now)
+
+    wanted = dict.fromkeys(update.facts_to_remove)
+    held = {fact.id for fact in doc.facts}
+    removed = [fact_id for fact_id in wanted if fact_id in held]
+    ignored = tuple(fact_id for fact_id in wanted if fact_id not in held)
+    if removed:
+        gone = set(removed)
+        doc.facts = [fact for fact in doc.facts if fact.id not in gone]
+
+    skipped: list[tuple[str, str]] = []
+    keys = {_key(fact.content) for fact in doc.facts} if update.new_facts else set()
+    new: list[Fact] = []
+    for proposed in update.new_facts:
+        key = _key(proposed.content)
+        if proposed.confidence < config.min_confidence:  # the floor itself is accepted
+            skipped.append((proposed.content, "low confidence"))
+        elif key in keys:
+            skipped.append((proposed.content, "duplicate"))
+        elif _mentions_upload(proposed.content):
+            skipped.append((proposed.content, "upload"))
+        else:
+            keys.add(key)
+            new.append(
+                Fact(
+                    content=proposed.content,
+                    category=proposed.category,
+                    confidence=proposed.confidence,
+                    source_thread_id=thread_id,
+                    source_error=proposed.source_error,
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+    doc.facts.extend(new)
+
+    evicted = _evict(doc, config.max_facts, frozenset(config.guaranteed_categories))
+    new_ids = {fact.id for fact in new}
+    gone = set(evicted)
+    skipped.extend((f.content, "over max_facts") for f in new if f.id in gone)
+
+    doc, scrubbed_sections, scrubbed_facts = _scrub_uploads(doc)
+    gone.update(scrubbed_facts)
+    added = tuple(f.id for f in new if f.id not in gone)
+    changes = AppliedChanges(
+        facts_added=added,
+        facts_removed=(*removed, *(i for i in scrubbed_facts if i not in new_ids)),
+        facts_evicted=tuple(i for i in evicted if i not in new_ids),
+        sections_updated=(
+            *sections_updated,
+            *(name for name in scrubbed_sections if name not in sections_updated),
+        ),
+        ignored_removals=ignored,
+        skipped_facts=tuple(skipped),
+    )
+    if changes:
+        doc.last_updated = now
+    return doc, changes
+
+
+# The casefold keys of a memory's facts are needed at every update: keep the recent ones.
+_key = lru_cache(maxsize=16_384)(fact_key)
+
+
+def _mentions_upload(text: str) -> bool:
+    # Every match of UPLOAD_MENTION contains "upload" or 上传: test that first, it is much
+    # cheaper than the pattern and is false for nearly every fact.
+    folded = text.casefold()
+    return ("upload" in folded or "上传" in text) and mentions_upload(text)
+
+
+def _update_sections(doc: MemoryDocument, proposed: dict[str, str], now: datetime) -> list[str]:
+    updated = []
+    for name, summary in proposed.items():
+        group = doc.user if hasattr(doc.user, name) else doc.history
+        if getattr(group, name).summary != summary:
+            setattr(group, name, Section(summary=summary, updated_at=now))
+            updated.append(name)
+    return updated
+
+
+def _evict(doc: MemoryDocument, max_facts: int, guaranteed: frozenset[str]) -> list[str]:
+    excess = len(doc.facts) - max_facts
+    if excess <= 0:
+        return []
+    order = sorted(
+        doc.facts, key=lambda f: (f.category in guaranteed, f.confidence, f.created_at, f.id)
+    )
+    evicted = [fact.id for fact in order[:excess]]
+    gone = set(evicted)
+    doc.facts = [fact for fact in doc.facts if fact.id not in gone]
+    return evicted
+
+
+def _scrub_uploads(doc: MemoryDocument) -> tuple[MemoryDocument, list[str], list[str]]:
+    """``doc`` without upload mentions, the sections that lost some, and the facts dropped."""
+    sections = doc.sections()
+    dirty = [name for name, section in sections.items() if _mentions_upload(section.summary)]
+    facts = [fact.id for fact in doc.facts if _mentions_upload(fact.content)]
+    if not dirty and not facts:
+        return doc, [], []
+    scrubbed = strip_upload_mentions(doc)
+    after = scrubbed.sections()
+    changed = [name for name in dirty if after[name].summary != sections[name].summary]
+    return scrubbed, changed, facts
+
+
+class MemoryUpdater:
+    """Turns finished conversations into memory updates: one LLM call per conversation.
+
+    ``llm`` defaults to :meth:`LLMClient.from_config(config) <LLMClient.from_config>`, which
+    fails at the first update if no model is configured. Safe to share between threads; the
+    LLM call is synchronous, meant for worker threads.
+    """
+
+    def __init__(
+        self, config: MemoryConfig, storage: MemoryStorage, llm: LLMClient | None = None
+    ) -> None:
+        self.config = config
+        self.storage = storage
+        self._owns_llm = llm is None
+        self.llm = llm if llm is not None else LLMClient.from_config(config)
+
+    def close(self) -> None:
+        """Close the LLM client if this updater made it (the storage is the caller's)."""
+        if self._owns_llm:
+            self.llm.close()
+
+    def update_memory(
+        self,
+        messages: Iterable[Any],
+        *,
+        thread_id: str,
+        user_id: str | None = None,
+        agent_name: str | None = None,
+        tenant_id: str | None = None,
+        correction_detected: bool = False,
+        reinforcement_detected: bool = False,
+    ) -> UpdateResult:
+        """Update the memory of the scope from one conversation.
+
+        ``messages`` are raw chat messages (any shape :mod:`memory_sql.messages` reads) or
+        :class:`~memory_sql.Message` objects; they are filtered with
+        :func:`~memory_sql.filter_messages_for_memory` (filtering twice changes nothing). A
+        conversation with no user turn left is not sent to the LLM: the result is ``ok`` with
+        no change. ``correction_detected`` and ``reinforcement_detected`` choose the prompt's
+        mode.
+
+        Expected failures do not raise: the LLM failing or answering something unusable, the
+        storage failing, or :data:`MAX_SAVE_ATTEMPTS` version conflicts in a row give a result
+        with ``ok=False`` and ``error`` set (and a log line naming the scope and thread); the
+        stored memory is then unchanged.
+
+        Raises:
+            InvalidScopeError: a scope argument, or ``thread_id``, is malformed.
+            InvalidMessageError: ``messages`` is not a list of messages, or one is malformed.
+        """
+        scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=tenant_id)
+        _check_thread_id(thread_id)
+        conversation = filter_messages_for_memory(
+            messages, patterns=load_patterns(self.config.patterns_dir)
+        )
+        if not any(message.role == "user" for message in conversation):
+            logger.debug("memory %s, thread %s: nothing to learn from", scope, thread_id)
+            return UpdateResult(ok=True)
+        return _Run(self, scope, thread_id).execute(
+            conversation, correction_detected, reinforcement_detected
+        )
+
+
+def _check_thread_id(thread_id: Any) -> None:
+    if not isinstance(thread_id, str) or not thread_id.strip():
+        raise InvalidScopeError("thread_id", thread_id, "must be a non-empty string")
+    if len(thread_id) > MAX_THREAD_ID_CHARS:
+        raise InvalidScopeError(
+            "thread_id", thread_id[:40] + "…", f"longer than {MAX_THREAD_ID_CHARS} characters"
+        )
+    try:
+        check_text(thread_id)
+    except ValueError as exc:
+        raise InvalidScopeError("thread_id", thread_id, str(exc)) from None
+
+
+class _Run:
+    """One update of one scope: the steps of :meth:`MemoryUpdater.update_memory`."""
+
+    def __init__(self, updater: MemoryUpdater, scope: Scope, thread_id: str) -> None:
+        self.config = updater.config
+        self.storage = updater.storage
+        self.llm = updater.llm
+        self.scope = scope
+        self.thread_id = thread_id
+        self.where = {
+            "user_id": scope.user_id,
+            "agent_name": scope.agent_name,
+            "tenant_id": scope.tenant_id,
+        }
+        self.tokens = (0, 0)
+        self.llm_called = False
+
+    def execute(
+        self, conversation: Sequence[Message], correction: bool, reinforcement: bool
+    ) -> UpdateResult:
+        try:
+            memory = self.storage.load(**self.where)
+        except StorageError as exc:
+            return self.failed(f"cannot load the memory: {exc}")
+        prompt = build_update_prompt(
+            memory, conversation, correction=correction, reinforcement=reinforcement
+        )
+        self.llm_called = True
+        try:
+            completion = self.llm.complete(prompt)
+        except LLMError as exc:
+            return self.failed(str(exc))
+        self.tokens = (completion.prompt_tokens, completion.completion_tokens)
+        try:
+            update = parse_update(completion.text)
+        except InvalidUpdateError as exc:
+            return self.failed(str(exc))
+        return self.save(memory, update)
+
+    def save(self, memory: MemoryDocument, update: MemoryUpdate) -> UpdateResult:
+        attempts = 0
+        while True:
+            doc, changes = apply_update(
+                memory, update, thread_id=self.thread_id, config=self.config, now=utcnow()
+            )
+            if not changes:
+                self.log_details(changes)
+                return self.result(changes, memory.version, attempts)
+            attempts += 1
+            try:
+                version = self.storage.save(doc, **self.where, expected_version=memory.version)
+            except VersionConflictError as exc:
+                if attempts >= MAX_SAVE_ATTEMPTS:
+                    return self.failed(
+                        f"gave up after {attempts} version conflicts: {exc}", attempts=attempts
+                    )
+                logger.debug("memory %s: %s; applying the update again", self.scope, exc)
+            except (StorageError, DuplicateFactError) as exc:
+                return self.failed(f"cannot save the memory: {exc}", attempts=attempts)
+            else:
+                self.log_details(changes)
+                logger.info(
+                    "memory %s updated from thread %s: %d facts added, %d removed, "
+                    "%d evicted, sections %s (version %d, %d saves)",
+                    self.scope,
+                    self.thread_id,
+                    len(changes.facts_added),
+                    len(changes.facts_removed),
+                    len(changes.facts_evicted),
+                    list(changes.sections_updated),
+                    version,
+                    attempts,
+                )
+                return self.result(changes, version, attempts)
+            try:
+                memory = self.storage.load(**self.where)
+            except StorageError as exc:
+                return self.failed(f"cannot load the memory: {exc}", attempts=attempts)
+
+    def result(self, changes: AppliedChanges, version: int, attempts: int) -> UpdateResult:
+        return UpdateResult(
+            ok=True,
+            facts_added=changes.facts_added,
+            facts_removed=changes.facts_removed,
+            facts_evicted=changes.facts_evicted,
+            sections_updated=changes.sections_updated,
+            prompt_tokens=self.tokens[0],
+            completion_tokens=self.tokens[1],
+            version=version,
+            attempts=attempts,
+            llm_called=self.llm_called,
+        )
+
+    def failed(self, error: str, *, attempts: int = 0) -> UpdateResult:
+        error = " ".join(error.split())
+        logger.warning(
+            "memory update of %s from thread %s failed: %s", self.scope, self.thread_id, error
+        )
+        return UpdateResult(
+            ok=False,
+            error=error,
+            prompt_tokens=self.tokens[0],
+            completion_tokens=self.tokens[1],
+            attempts=attempts,
+            llm_called=self.llm_called,
+        )
+
+    def log_details(self, changes: AppliedChanges) -> None:
+        if changes.ignored_removals:
+            logger.info(
+                "memory %s, thread %s: ignoring removal of unknown fact ids %s",
+                self.scope,
+                self.thread_id,
+                list(changes.ignored_removals),
+            )
+        for content, reason in changes.skipped_facts:
+            logger.debug(
+                "memory %s, thread %s: not adding fact (%s): %.80r",
+                self.scope,
+                self.thread_id,
+                reason,
+                content,
+            )
