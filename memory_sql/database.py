@@ -12,6 +12,7 @@ from sqlalchemy.engine import URL, Engine, make_url
 DEFAULT_DATABASE_URL = "sqlite:///memory_sql.db"
 URL_ENV = "MEMORY_SQL_DATABASE_URL"
 SQLITE_BUSY_TIMEOUT_SECONDS = 30.0
+_SUPPORTED_DRIVERS = ("sqlite", "sqlite+pysqlite", "postgresql+psycopg")
 
 
 def resolve_url(url: str | URL | None = None) -> URL:
@@ -20,10 +21,13 @@ def resolve_url(url: str | URL | None = None) -> URL:
     ``postgresql://`` and ``postgres://`` mean psycopg 3 (``postgresql+psycopg://``).
     """
     raw = url if url is not None else os.environ.get(URL_ENV) or DEFAULT_DATABASE_URL
-    parsed = make_url(raw) if isinstance(raw, str) else raw
+    try:
+        parsed = make_url(raw) if isinstance(raw, str) else raw
+    except sa.exc.ArgumentError as exc:
+        raise ValueError(f"not a database URL: {exc}") from None
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
-    if parsed.get_backend_name() not in ("sqlite", "postgresql"):
+    if parsed.drivername not in _SUPPORTED_DRIVERS:
         raise ValueError(
             f"unsupported database {parsed.drivername!r}: use sqlite:///… or postgresql+psycopg://…"
         )
@@ -64,8 +68,10 @@ def _configure_sqlite(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: sa.Connection) -> None:
-        mode = connection.get_execution_options().get("sqlite_begin", "")
-        connection.exec_driver_sql(f"BEGIN {mode}".strip())
+        options = connection.get_execution_options()
+        if options.get("isolation_level") == "AUTOCOMMIT":
+            return
+        connection.exec_driver_sql(f"BEGIN {options.get('sqlite_begin', '')}".strip())
 
 
 def redacted(url: URL | str) -> str:

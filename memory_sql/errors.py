@@ -43,14 +43,21 @@ class DuplicateFactError(MemorySQLError, ValueError):
 class SchemaOutOfDateError(MemorySQLError):
     """The database is not at the schema revision this code needs."""
 
-    def __init__(self, url: str, current: str | None, head: str) -> None:
+    def __init__(self, url: str, current: str | None, head: str, *, newer: bool = False) -> None:
         self.current = current
         self.head = head
-        at = "has no memory_sql tables" if current is None else f"is at revision {current}"
-        super().__init__(
-            f"database {url} {at}, this version of memory_sql needs {head}: "
-            f"run `memory-sql db upgrade --url {url}`"
-        )
+        if newer:
+            message = (
+                f"database {url} is at revision {current}, which this version of memory_sql "
+                f"does not know (its newest is {head}): upgrade memory_sql"
+            )
+        else:
+            at = "has no memory_sql tables" if current is None else f"is at revision {current}"
+            message = (
+                f"database {url} {at}, this version of memory_sql needs {head}: "
+                f"run `memory-sql db upgrade --url {url}`"
+            )
+        super().__init__(message)
 
 
 class StorageError(MemorySQLError):

@@ -35,14 +35,14 @@ def script_location() -> Path:
 
 
 def alembic_config(url: str | URL | None = None) -> Config:
-    """An Alembic ``Config`` for ``url`` that needs no alembic.ini."""
+    """An Alembic ``Config`` for ``url`` (none: only the scripts) that needs no alembic.ini."""
     config = Config(stdout=io.StringIO())
     config.set_main_option("script_location", str(script_location()))
     config.set_main_option("path_separator", "os")
-    # Alembic's ini interpolation treats "%" specially.
-    config.set_main_option(
-        "sqlalchemy.url", resolve_url(url).render_as_string(hide_password=False).replace("%", "%%")
-    )
+    if url is not None:
+        # Alembic's ini interpolation treats "%" specially.
+        rendered = resolve_url(url).render_as_string(hide_password=False)
+        config.set_main_option("sqlalchemy.url", rendered.replace("%", "%%"))
     config.attributes["configure_logger"] = False
     return config
 
@@ -105,9 +105,13 @@ def check(engine: Engine) -> str | None:
 def ensure_at_head(engine: Engine) -> None:
     """Raise :class:`SchemaOutOfDateError` unless the database is at the head revision."""
     current = current_revision(engine)
-    head = head_revision()
-    if current != head:
-        raise SchemaOutOfDateError(redacted(engine.url), current, head)
+    script = ScriptDirectory.from_config(alembic_config())
+    head = script.get_current_head()
+    assert head is not None
+    if current == head:
+        return
+    known = current is None or any(r.revision == current for r in script.walk_revisions())
+    raise SchemaOutOfDateError(redacted(engine.url), current, head, newer=not known)
 
 
 def open_engine(url: str | URL | None = None) -> Engine:

@@ -7,6 +7,7 @@ camelCase (``workContext``, ``createdAt``, ``sourceError``) and the seed's snake
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -16,12 +17,21 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 USER_SECTIONS = ("work_context", "personal_context", "top_of_mind")
 HISTORY_SECTIONS = ("recent_months", "earlier_context", "long_term_background")
 
 MAX_TEXT_CHARS = 32_000
+MAX_THREAD_ID_CHARS = 256
 FACT_ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 CATEGORY_PATTERN = re.compile(r"[a-z0-9_-]{1,32}")
 _WHITESPACE = re.compile(r"\s+")
@@ -36,6 +46,7 @@ def new_fact_id() -> str:
     return "fact_" + uuid.uuid4().hex[:12]
 
 
+@functools.lru_cache(maxsize=65_536)
 def fact_key(content: str) -> str:
     """The text two facts share when they are duplicates.
 
@@ -223,10 +234,11 @@ class Fact(_Model):
 
     @field_validator("source_thread_id", "source_error")
     @classmethod
-    def _optional_text(cls, value: str | None) -> str | None:
+    def _optional_text(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is None:
             return None
-        value = check_text(value, max_chars=MAX_TEXT_CHARS).strip()
+        limit = MAX_THREAD_ID_CHARS if info.field_name == "source_thread_id" else MAX_TEXT_CHARS
+        value = check_text(value, max_chars=limit).strip()
         return value or None
 
     @property

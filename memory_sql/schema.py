@@ -48,6 +48,8 @@ class UTCDateTime(TypeDecorator[datetime]):
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> Any:
         if value is None:
             return None
+        # A naive value is UTC, as it is read back: never the machine's local time.
+        value = value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
         value = value.astimezone(timezone.utc)
         return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
 

@@ -16,7 +16,7 @@ SAVES_EACH = 25
 
 def _race(target: str, scope: dict) -> tuple[int, int]:
     context = multiprocessing.get_context("spawn")
-    start = context.Event()
+    start = context.Barrier(WORKERS)  # every worker is ready before any begins
     results = context.Queue()
     processes = [
         context.Process(
@@ -26,7 +26,6 @@ def _race(target: str, scope: dict) -> tuple[int, int]:
     ]
     for process in processes:
         process.start()
-    start.set()
     reports = [results.get(timeout=120) for _ in processes]
     for process in processes:
         process.join(timeout=30)

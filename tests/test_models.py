@@ -165,3 +165,9 @@ def test_sections_validate_assignment():
     doc = MemoryDocument()
     with pytest.raises(ValidationError, match="NUL"):
         doc.user.top_of_mind.summary = "a\x00b"
+
+
+def test_source_thread_ids_fit_the_column():
+    assert Fact(content="x", source_thread_id="t" * 256).source_thread_id == "t" * 256
+    with pytest.raises(ValidationError, match="more than 256"):
+        Fact(content="x", source_thread_id="t" * 257)

@@ -4,12 +4,13 @@ cache, the schema check at open, and clean errors when the database is down."""
 from __future__ import annotations
 
 import datetime as dt
+import time
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from memory_sql import Fact, SchemaOutOfDateError, StorageError
+from memory_sql import Fact, MemoryDocument, SchemaOutOfDateError, StorageError
 from memory_sql.database import create_engine
 from memory_sql.models import fact_digest
 from memory_sql.schema import memory_facts, memory_scopes
@@ -185,3 +186,119 @@ def test_a_broken_table_gives_a_storage_error_and_keeps_the_scope(sqlite_url, sc
         with store.engine.connect() as conn:
             version = conn.execute(sa.select(memory_scopes.c.version)).scalar()
         assert version == 1
+
+
+def test_a_scope_deleted_and_made_again_is_not_served_from_the_cache(store, sql_url, scope):
+    doc = store.load(**scope)
+    doc.facts = [Fact(content="old secret")]
+    store.save(doc, **scope)
+    assert [f.content for f in store.load(**scope).facts] == ["old secret"]
+    with store.engine.begin() as conn:  # what forgetting a user does: the rows go
+        conn.execute(sa.delete(memory_scopes).where(memory_scopes.c.user_id == scope["user_id"]))
+    with open_storage(sql_url) as other:
+        other.save(MemoryDocument(facts=[Fact(content="fresh start")]), **scope)
+    reloaded = store.load(**scope)
+    assert reloaded.version == 1
+    assert [f.content for f in reloaded.facts] == ["fresh start"]
+    reloaded.facts.append(Fact(content="added later"))
+    store.save(reloaded, **scope)
+    with open_storage(sql_url) as other:
+        assert sorted(f.content for f in other.load(**scope).facts) == [
+            "added later",
+            "fresh start",
+        ]
+
+
+def test_a_stale_cache_entry_is_never_the_base_of_a_save(store, sql_url, scope):
+    store.save(MemoryDocument(facts=[Fact(content="old secret")]), **scope)
+    store.load(**scope)
+    with store.engine.begin() as conn:
+        conn.execute(sa.delete(memory_scopes).where(memory_scopes.c.user_id == scope["user_id"]))
+    with open_storage(sql_url) as other:
+        other.save(MemoryDocument(facts=[Fact(content="fresh start")]), **scope)
+        theirs = other.load(**scope)
+    theirs.facts.append(Fact(content="second"))
+    store.save(theirs, **scope, expected_version=1)
+    with open_storage(sql_url) as reader:
+        contents = sorted(f.content for f in reader.load(**scope).facts)
+    assert contents == ["fresh start", "second"]
+
+
+def test_the_cache_holds_at_most_cache_scopes_memories(sql_url):
+    with SQLStorage(sql_url, cache_scopes=2) as bounded:
+        for n in range(5):
+            bounded.save(MemoryDocument(facts=[Fact(content=f"f{n}")]), user_id=f"lru-{n}")
+            bounded.load(user_id=f"lru-{n}")
+        assert len(bounded._cache) == 2
+        assert [f.content for f in bounded.load(user_id="lru-0").facts] == ["f0"]
+
+
+def test_a_row_the_models_refuse_is_a_storage_error(store, scope):
+    store.save(MemoryDocument(facts=[Fact(content="fine")]), **scope)
+    with store.engine.begin() as conn:
+        conn.execute(sa.insert(memory_facts).values(_raw_fact(scope, "bad id!", "hand-written")))
+        conn.execute(
+            sa.update(memory_scopes)
+            .where(memory_scopes.c.user_id == scope["user_id"])
+            .values(version=memory_scopes.c.version + 1)
+        )
+    with pytest.raises(StorageError, match="stored row is invalid"):
+        store.load(**scope)
+
+
+def test_naive_timestamps_are_utc_whatever_the_local_zone(store, scope, monkeypatch):
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        store.save(MemoryDocument(facts=[Fact(content="anchor")]), **scope)
+        naive = dt.datetime(2026, 1, 1, 12, 0, 0)
+        with store.engine.begin() as conn:
+            conn.execute(
+                sa.update(memory_facts)
+                .where(memory_facts.c.user_id == scope["user_id"])
+                .values(created_at=naive)
+            )
+            stored = conn.execute(
+                sa.select(memory_facts.c.created_at).where(
+                    memory_facts.c.user_id == scope["user_id"]
+                )
+            ).scalar()
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    assert stored == dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
+
+
+def test_a_database_ahead_of_the_code_says_upgrade_memory_sql(sqlite_url):
+    engine = create_engine(sqlite_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE alembic_version SET version_num = 'f00d'"))
+    engine.dispose()
+    with pytest.raises(SchemaOutOfDateError, match="upgrade memory_sql"):
+        open_storage(sqlite_url)
+
+
+@pytest.mark.parametrize(
+    "url", ["mysql://root@db.internal/memory", "postgresql+asyncpg://u@h/db", "sqlite3:///m.db"]
+)
+def test_unsupported_urls_are_refused_not_taken_for_folders(url, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="unsupported database"):
+        open_storage(url)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sqlite_autocommit_connections_really_commit(sqlite_url, scope):
+    engine = create_engine(sqlite_url)
+    try:
+        now = dt.datetime.now(dt.timezone.utc)
+        row = {"tenant_id": "default", "user_id": scope["user_id"], "agent_name": ""}
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(
+                sa.insert(memory_scopes).values(**row, version=1, created_at=now, updated_at=now)
+            )
+        with engine.connect() as conn:
+            count = conn.execute(sa.select(sa.func.count()).select_from(memory_scopes)).scalar()
+        assert count == 1
+    finally:
+        engine.dispose()

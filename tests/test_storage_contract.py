@@ -195,6 +195,22 @@ def test_a_fact_may_take_the_text_of_one_removed_in_the_same_save(storage, scope
     assert [(f.content, f.category) for f in loaded.facts] == [("USES VIM", "preference")]
 
 
+def test_facts_may_trade_contents_in_one_save(storage, scope):
+    doc = storage.load(**scope)
+    doc.facts = [_fact("likes tea", id="a"), _fact("likes coffee", id="b"), _fact("x", id="c")]
+    storage.save(doc, **scope)
+    doc = storage.load(**scope)
+    swapped = {"a": "likes coffee", "b": "likes tea", "c": "x"}
+    doc.facts = [f.replace(content=swapped[f.id]) for f in doc.facts]
+    assert storage.save(doc, **scope) == 2
+    doc = storage.load(**scope)
+    assert {f.id: f.content for f in doc.facts} == swapped
+    chained = {"a": "likes TEA", "b": "likes water", "c": "LIKES COFFEE"}
+    doc.facts = [f.replace(content=chained[f.id]) for f in doc.facts]
+    assert storage.save(doc, **scope) == 3
+    assert {f.id: f.content for f in storage.load(**scope).facts} == chained
+
+
 def test_two_facts_with_one_id_are_refused(storage, scope):
     doc = storage.load(**scope)
     doc.facts = [_fact("one", id="same"), _fact("two", id="same")]

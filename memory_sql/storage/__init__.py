@@ -8,18 +8,18 @@ from pathlib import Path
 
 from sqlalchemy.engine import Engine
 
+from ..database import resolve_url
 from .base import MemoryStorage
 from .file import FileStorage
 from .sql import SQLStorage
-
-_SQL_PREFIXES = ("sqlite:", "postgresql:", "postgresql+", "postgres:")
 
 
 def open_storage(target: str | os.PathLike[str] | Engine | None = None) -> MemoryStorage:
     """The storage for ``target``.
 
-    - ``sqlite:///path.db`` or ``postgresql+psycopg://user@host/db`` (or an ``Engine``): the SQL
-      store; the database must be migrated (``memory-sql db upgrade``).
+    - a URL (anything with ``://``): the SQL store for ``sqlite:///path.db`` or
+      ``postgresql+psycopg://user@host/db`` (or an ``Engine``); the database must be migrated
+      (``memory-sql db upgrade``); any other URL is refused.
     - ``use:package.module:ClassName``: that :class:`MemoryStorage` subclass, built with no
       arguments (the seed's ``storage: {use: …}``).
     - any other string or path: a folder for the JSON-file store (created if missing).
@@ -27,22 +27,16 @@ def open_storage(target: str | os.PathLike[str] | Engine | None = None) -> Memor
 
     Raises:
         SchemaOutOfDateError: the database is not at the schema head.
-        ValueError: ``use:`` names something that is not a MemoryStorage class.
+        ValueError: an unsupported URL, or ``use:`` names no MemoryStorage class.
     """
     if target is None or isinstance(target, Engine):
-        return SQLStorage(target if target is not None else _default_url())
+        return SQLStorage(target if target is not None else resolve_url(None))
     text = os.fspath(target)
-    if text.startswith(_SQL_PREFIXES):
-        return SQLStorage(text)
+    if "://" in text or text.startswith("sqlite:"):
+        return SQLStorage(resolve_url(text))
     if text.startswith("use:"):
         return _load_class(text[4:])()
     return FileStorage(Path(text))
-
-
-def _default_url() -> str:
-    from ..database import DEFAULT_DATABASE_URL, URL_ENV
-
-    return os.environ.get(URL_ENV) or DEFAULT_DATABASE_URL
 
 
 def _load_class(path: str) -> type[MemoryStorage]:

@@ -107,6 +107,8 @@ class Changes:
     updated: list[Fact] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
     sections: dict[str, Section] = field(default_factory=dict)
+    rekeyed: set[str] = field(default_factory=set)
+    """Ids of updated facts whose casefold key changed."""
 
     def __bool__(self) -> bool:
         return bool(self.inserted or self.updated or self.deleted or self.sections)
@@ -117,7 +119,7 @@ _FACT_FIELDS = ("content", "category", "confidence", "source_thread_id", "source
 
 def diff_documents(base: MemoryDocument, doc: MemoryDocument, now: datetime) -> Changes:
     """The change set from ``base`` to ``doc``, with ``updated_at`` stamped ``now`` on new and
-    changed facts. Raises :class:`DuplicateFactError` for two facts of ``doc`` with one key."""
+    changed facts and on changed sections whose ``updated_at`` the caller left as it was."""
     stored = {fact.id: fact for fact in base.facts}
     changes = Changes()
     for fact in doc.facts:
@@ -128,6 +130,8 @@ def diff_documents(base: MemoryDocument, doc: MemoryDocument, now: datetime) -> 
             changes.updated.append(
                 fact.model_copy(update={"updated_at": now, "created_at": old.created_at})
             )
+            if fact.key != old.key:
+                changes.rekeyed.add(fact.id)
     changes.deleted = list(stored)
     base_sections = base.sections()
     for name, section in doc.sections().items():

@@ -3,7 +3,7 @@
 One ``memory.json`` per scope at ``{root}/{tenant}/{user}/{agent or _default}/memory.json``, in
 DeerFlow's shape with the version as ``revision``. Writes go to a temporary file in the same
 folder, are fsynced and atomically renamed over the old file, then the folder is fsynced. Loads
-are served from a per-process cache while the file's mtime and size are unchanged.
+are served from a per-process cache while the file's mtime, ctime, size and inode are unchanged.
 
 The version check and the write are atomic between threads of one process, not between
 processes: two processes saving one scope at once can both pass the check and the later rename
@@ -24,19 +24,26 @@ from ..errors import StorageError, VersionConflictError
 from ..models import MemoryDocument, utcnow
 from ..scope import Scope
 from .base import MemoryStorage, apply_changes, check_duplicates, diff_documents, sort_facts
+from .cache import DEFAULT_CACHE_SCOPES, DocumentCache
 
 DEFAULT_AGENT_DIR = "_default"  # an agent name never contains "_"
+_LOCK_STRIPES = 64
+
+
+def _stamp(stat: os.stat_result) -> tuple[int, ...]:
+    return (stat.st_mtime_ns, stat.st_ctime_ns, stat.st_size, stat.st_ino)
 
 
 class FileStorage(MemoryStorage):
     """:class:`MemoryStorage` on a folder of ``memory.json`` files (see the module docstring)."""
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(
+        self, root: str | os.PathLike[str], *, cache_scopes: int = DEFAULT_CACHE_SCOPES
+    ) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
-        self._cache: dict[Scope, tuple[tuple[int, int], MemoryDocument]] = {}
-        self._locks: dict[Scope, threading.Lock] = {}
-        self._guard = threading.Lock()
+        self._cache = DocumentCache(cache_scopes)
+        self._locks = [threading.Lock() for _ in range(_LOCK_STRIPES)]
 
     def __repr__(self) -> str:
         return f"FileStorage({str(self.root)!r})"
@@ -51,8 +58,7 @@ class FileStorage(MemoryStorage):
         )
 
     def _lock(self, scope: Scope) -> threading.Lock:
-        with self._guard:
-            return self._locks.setdefault(scope, threading.Lock())
+        return self._locks[hash(scope) % _LOCK_STRIPES]
 
     def _load(self, scope: Scope) -> MemoryDocument:
         return self._current(scope).clone()
@@ -65,11 +71,10 @@ class FileStorage(MemoryStorage):
             return MemoryDocument()
         except OSError as exc:
             raise StorageError(f"memory {scope}: cannot read {path}: {exc}") from exc
-        stamp = (stat.st_mtime_ns, stat.st_size)
-        with self._guard:
-            cached = self._cache.get(scope)
-        if cached is not None and cached[0] == stamp:
-            return cached[1]
+        stamp = _stamp(stat)
+        cached = self._cache.get(scope, stamp)
+        if cached is not None:
+            return cached
         try:
             data = json.loads(path.read_bytes())
             doc = MemoryDocument.model_validate(data)
@@ -79,8 +84,7 @@ class FileStorage(MemoryStorage):
         except (OSError, ValueError, ValidationError) as exc:
             raise StorageError(f"memory {scope}: {path} is unreadable or corrupt: {exc}") from exc
         doc.facts = sort_facts(doc.facts)
-        with self._guard:
-            self._cache[scope] = (stamp, doc)
+        self._cache.put(scope, stamp, doc)
         return doc
 
     def _save(self, scope: Scope, doc: MemoryDocument, expected_version: int) -> int:
@@ -120,5 +124,4 @@ class FileStorage(MemoryStorage):
         except OSError as exc:
             tmp.unlink(missing_ok=True)
             raise StorageError(f"memory {scope}: cannot write {path}: {exc}") from exc
-        with self._guard:
-            self._cache[scope] = ((stat.st_mtime_ns, stat.st_size), doc)
+        self._cache.put(scope, _stamp(stat), doc)

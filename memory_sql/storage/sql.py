@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import threading
+import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
+from pydantic import ValidationError
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Connection, Engine
@@ -19,6 +21,7 @@ from ..models import Fact, MemoryDocument, Section, fact_digest, utcnow
 from ..schema import memory_facts, memory_scopes, memory_sections
 from ..scope import Scope
 from .base import Changes, MemoryStorage, apply_changes, diff_documents, sort_facts
+from .cache import DEFAULT_CACHE_SCOPES, DocumentCache
 
 _FACT_COLUMNS = (
     memory_facts.c.fact_id,
@@ -42,9 +45,9 @@ def _in_scope(table: sa.Table) -> sa.ColumnElement[bool]:
     )
 
 
-_SELECT_HEAD = sa.select(memory_scopes.c.version, memory_scopes.c.updated_at).where(
-    _in_scope(memory_scopes)
-)
+_SELECT_HEAD = sa.select(
+    memory_scopes.c.version, memory_scopes.c.created_at, memory_scopes.c.updated_at
+).where(_in_scope(memory_scopes))
 _SELECT_SECTIONS = sa.select(
     memory_sections.c.section, memory_sections.c.summary, memory_sections.c.updated_at
 ).where(_in_scope(memory_sections))
@@ -53,6 +56,7 @@ _BUMP_VERSION = (
     sa.update(memory_scopes)
     .where(_in_scope(memory_scopes), memory_scopes.c.version == sa.bindparam("expected"))
     .values(version=memory_scopes.c.version + 1, updated_at=sa.bindparam("now"))
+    .returning(memory_scopes.c.created_at)
 )
 
 
@@ -91,6 +95,11 @@ def _fact_row(scope: Scope, fact: Fact) -> dict[str, Any]:
     }
 
 
+def _placeholder_key(fact_id: str) -> str:
+    """A content_key no digest can equal (digests are lower-case hex), unique per fact."""
+    return "~" + hashlib.sha256(fact_id.encode("utf-8")).hexdigest()[:63]
+
+
 def _insert_ignoring_conflict(dialect: str) -> Any:
     if dialect == "postgresql":
         return postgresql.insert(memory_scopes).on_conflict_do_nothing()
@@ -103,13 +112,18 @@ class SQLStorage(MemoryStorage):
     Takes a URL (the engine is created here and disposed by :meth:`close`) or an ``Engine`` the
     caller owns. The schema must be at the migration head (``memory-sql db upgrade``).
 
-    Loaded documents are cached per process: a load costs one primary-key read of the stored
-    version while the memory is unchanged. A save locks the scope row by moving its version
-    forward (``UPDATE … WHERE version = expected``), so of two racing saves exactly one wins and
-    the other raises :class:`VersionConflictError`; then it writes only the rows that changed.
+    Loaded documents are cached per process (the ``cache_scopes`` most recently used): a load
+    costs one primary-key read of the scope row while the memory is unchanged. The cache trusts
+    that every write to a scope's rows moves its version forward, as :meth:`save` does; a
+    scope deleted and made again is told apart by its creation time. A save locks the scope row
+    by moving its version forward (``UPDATE … WHERE version = expected``), so of two racing
+    saves exactly one wins and the other raises :class:`VersionConflictError`; then it writes
+    only the rows that changed.
     """
 
-    def __init__(self, engine_or_url: Engine | str | URL) -> None:
+    def __init__(
+        self, engine_or_url: Engine | str | URL, *, cache_scopes: int = DEFAULT_CACHE_SCOPES
+    ) -> None:
         if isinstance(engine_or_url, Engine):
             ensure_at_head(engine_or_url)
             self.engine = engine_or_url
@@ -120,15 +134,13 @@ class SQLStorage(MemoryStorage):
         self._write_options = (
             {"sqlite_begin": "IMMEDIATE"} if self.engine.dialect.name == "sqlite" else {}
         )
-        self._cache: dict[Scope, MemoryDocument] = {}
-        self._cache_lock = threading.Lock()
+        self._cache = DocumentCache(cache_scopes)
 
     def __repr__(self) -> str:
         return f"SQLStorage({redacted(self.engine.url)!r})"
 
     def close(self) -> None:
-        with self._cache_lock:
-            self._cache.clear()
+        self._cache.clear()
         if self._owns_engine:
             self.engine.dispose()
 
@@ -137,19 +149,20 @@ class SQLStorage(MemoryStorage):
     def _load(self, scope: Scope) -> MemoryDocument:
         with self._errors(scope), self.engine.connect() as conn:
             head = conn.execute(_SELECT_HEAD, _scope_params(scope)).first()
-            cached = self._cached(scope)
-            if head is not None and cached is not None and cached.version == head.version:
-                return cached.clone()
+            if head is not None:
+                cached = self._cache.get(scope, (head.version, head.created_at))
+                if cached is not None:
+                    return cached.clone()
             # Every save moves the version forward in the transaction that writes its rows, so
             # rows read between two equal version reads form one consistent document.
             while head is not None:
                 doc = self._read_rows(conn, scope, head.version, head.updated_at)
                 again = conn.execute(_SELECT_HEAD, _scope_params(scope)).first()
-                if again is not None and again.version == head.version:
-                    self._remember(scope, doc)
+                if again == head:
+                    self._cache.put(scope, (head.version, head.created_at), doc)
                     return doc.clone()
                 head = again
-        self._forget(scope)
+        self._cache.drop(scope)
         return MemoryDocument()
 
     def _read_rows(
@@ -182,7 +195,7 @@ class SQLStorage(MemoryStorage):
     def _save(self, scope: Scope, doc: MemoryDocument, expected_version: int) -> int:
         now = utcnow()
         with self._write_transaction(scope, doc) as conn:
-            base = self._claim(conn, scope, expected_version, now)
+            created_at, base = self._claim(conn, scope, expected_version, now)
             changes = diff_documents(base, doc, now)
             if not changes:
                 conn.rollback()
@@ -191,32 +204,34 @@ class SQLStorage(MemoryStorage):
         new_version = expected_version + 1
         stored = apply_changes(base, changes, new_version)
         stored.last_updated = now
-        self._remember(scope, stored)
+        self._cache.put(scope, (new_version, created_at), stored)
         return new_version
 
     def _claim(
-        self, conn: Connection, scope: Scope, expected_version: int, now: Any
-    ) -> MemoryDocument:
-        """Move the scope's version past ``expected_version`` (locking the row until commit)
-        and return the document as stored at ``expected_version``."""
+        self, conn: Connection, scope: Scope, expected_version: int, now: datetime
+    ) -> tuple[datetime, MemoryDocument]:
+        """Move the scope's version past ``expected_version`` (locking the row until commit).
+
+        Returns the scope's creation time and its document as stored at ``expected_version``.
+        """
         if expected_version == 0:
             insert = (
                 _insert_ignoring_conflict(self.engine.dialect.name)
                 .values(**_scope_values(scope), version=1, created_at=now, updated_at=now)
-                .returning(memory_scopes.c.version)
+                .returning(memory_scopes.c.created_at)
             )
             if conn.execute(insert).first() is None:
                 self._conflict(conn, scope, expected_version)
-            return MemoryDocument()
-        updated = conn.execute(
+            return now, MemoryDocument()
+        created_at = conn.execute(
             _BUMP_VERSION, {**_scope_params(scope), "expected": expected_version, "now": now}
-        )
-        if updated.rowcount != 1:
+        ).scalar()
+        if created_at is None:
             self._conflict(conn, scope, expected_version)
-        cached = self._cached(scope)
-        if cached is not None and cached.version == expected_version:
-            return cached
-        return self._read_rows(conn, scope, expected_version, None)
+        cached = self._cache.get(scope, (expected_version, created_at))
+        if cached is not None:
+            return created_at, cached
+        return created_at, self._read_rows(conn, scope, expected_version, None)
 
     def _conflict(self, conn: Connection, scope: Scope, expected_version: int) -> None:
         actual = conn.execute(_SELECT_HEAD, _scope_params(scope)).scalar()
@@ -231,6 +246,16 @@ class SQLStorage(MemoryStorage):
                     _where(memory_facts, scope), memory_facts.c.fact_id.in_(changes.deleted)
                 )
             )
+        # The unique key is checked row by row, so facts that trade contents (A takes B's old
+        # text while B is reworded) first move their keys out of each other's way.
+        rekeyed = [fact for fact in changes.updated if fact.id in changes.rekeyed]
+        if len(rekeyed) > 1:
+            for fact in rekeyed:
+                conn.execute(
+                    sa.update(memory_facts)
+                    .where(_where(memory_facts, scope), memory_facts.c.fact_id == fact.id)
+                    .values(content_key=_placeholder_key(fact.id))
+                )
         for fact in changes.updated:
             row = _fact_row(scope, fact)
             conn.execute(
@@ -260,20 +285,6 @@ class SQLStorage(MemoryStorage):
 
     # cache and errors ------------------------------------------------------------------------
 
-    def _cached(self, scope: Scope) -> MemoryDocument | None:
-        with self._cache_lock:
-            return self._cache.get(scope)
-
-    def _remember(self, scope: Scope, doc: MemoryDocument) -> None:
-        with self._cache_lock:
-            current = self._cache.get(scope)
-            if current is None or current.version <= doc.version:
-                self._cache[scope] = doc
-
-    def _forget(self, scope: Scope) -> None:
-        with self._cache_lock:
-            self._cache.pop(scope, None)
-
     @contextmanager
     def _write_transaction(self, scope: Scope, doc: MemoryDocument) -> Iterator[Connection]:
         """A write transaction (holding SQLite's write lock from its start) saving ``doc``."""
@@ -299,3 +310,9 @@ class SQLStorage(MemoryStorage):
             raise StorageError(
                 f"memory {scope}: database {redacted(self.engine.url)} failed: {exc.orig}"
             ) from exc
+        except sa_exc.SQLAlchemyError as exc:
+            raise StorageError(
+                f"memory {scope}: database {redacted(self.engine.url)} failed: {exc}"
+            ) from exc
+        except ValidationError as exc:
+            raise StorageError(f"memory {scope}: a stored row is invalid: {exc}") from exc
