@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import (
+    Boolean,
     CheckConstraint,
     Column,
     DateTime,
@@ -148,4 +149,35 @@ Index(
     memory_facts.c.user_id,
     memory_facts.c.agent_name,
     memory_facts.c.confidence.desc(),
+)
+
+memory_pending_updates = Table(
+    "memory_pending_updates",
+    metadata,
+    Column("tenant_id", String(64), primary_key=True),
+    Column("user_id", String(128), primary_key=True),
+    Column("agent_name", String(64), primary_key=True),
+    Column("thread_id", String(256), primary_key=True),
+    Column(
+        "kind",
+        String(8),
+        primary_key=True,
+        comment="'turn': debounced after a conversation; 'flush': before summarization",
+    ),
+    Column("messages", Text, nullable=False, comment="the filtered conversation, as JSON"),
+    Column("correction", Boolean, nullable=False),
+    Column("reinforcement", Boolean, nullable=False),
+    Column("first_enqueued_at", UTCDateTime, nullable=False),
+    Column("last_enqueued_at", UTCDateTime, nullable=False),
+    Column("due_at", UTCDateTime, nullable=False),
+    Column("generation", Integer, nullable=False, comment="+1 on every enqueue of this key"),
+    Column("attempts", Integer, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("last_error", Text, nullable=True),
+    Column("lease_owner", String(64), nullable=True),
+    Column("lease_until", UTCDateTime, nullable=True),
+    CheckConstraint("kind IN ('turn', 'flush')", name="kind"),
+    CheckConstraint("status IN ('pending', 'failed')", name="status"),
+    Index("ix_memory_pending_updates_status_due_at", "status", "due_at"),
+    comment="Conversations waiting for a memory update: one row per key, durable across crashes.",
 )

@@ -85,3 +85,20 @@ class Scope:
     def __str__(self) -> str:
         agent = self.agent_name or "-"
         return f"{self.tenant_id}/{self.user_id}/{agent}"
+
+
+MAX_THREAD_ID_LENGTH = 256
+
+
+def check_thread_id(thread_id: object) -> str:
+    """``thread_id`` if it is a non-empty string that fits the tables, else
+    :class:`InvalidScopeError` naming ``thread_id``."""
+    if not isinstance(thread_id, str) or not thread_id.strip():
+        raise InvalidScopeError("thread_id", thread_id, "must be a non-empty string")
+    if len(thread_id) > MAX_THREAD_ID_LENGTH:
+        raise InvalidScopeError(
+            "thread_id", thread_id[:40] + "…", f"longer than {MAX_THREAD_ID_LENGTH} characters"
+        )
+    if "\x00" in thread_id or not thread_id.isprintable():
+        raise InvalidScopeError("thread_id", thread_id, "must be printable text")
+    return thread_id

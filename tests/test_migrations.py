@@ -11,7 +11,7 @@ from alembic.script import ScriptDirectory
 from memory_sql import migrations
 from memory_sql.database import create_engine
 
-TABLES = {"memory_scopes", "memory_sections", "memory_facts"}
+TABLES = {"memory_scopes", "memory_sections", "memory_facts", "memory_pending_updates"}
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])

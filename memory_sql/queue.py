@@ -1,0 +1,368 @@
+"""The durable, debounced queue of conversations waiting for a memory update.
+
+One row per key (tenant, user, agent, thread, kind) in ``memory_pending_updates``. A new
+conversation for a key replaces the older one waiting there and OR-merges its signals; the key
+becomes due ``debounce_seconds`` after its latest conversation, but never later than
+``max_debounce_seconds`` after the first one still waiting, so a busy thread is still updated.
+``kind`` keeps apart the two ways in: ``turn`` (after each conversation, debounced) and
+``flush`` (before summarization drops messages, due at once), so a later turn cannot replace
+messages that are about to be summarised away before they were read.
+
+Workers in any number of processes :meth:`~UpdateQueue.claim` due rows with a lease (``FOR
+UPDATE SKIP LOCKED`` on PostgreSQL; SQLite's single writer elsewhere), so no row is processed
+by two workers at once; a lease left by a dead process expires and the row is claimed again.
+Each enqueue moves the row's ``generation`` forward: a conversation that arrives while its key
+is being processed makes :meth:`~UpdateQueue.complete` keep the row for the next run instead of
+deleting it. A failed run is retried after an exponential back-off; after ``max_attempts`` runs
+the row stays, ``failed``, with its last error, until a new conversation for the key arrives.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection, Engine
+
+from .database import redacted
+from .errors import StorageError
+from .messages import Message
+from .models import utcnow
+from .schema import memory_pending_updates as pending
+from .scope import Scope
+from .signals import Signals
+
+MAX_BACKOFF_SECONDS = 3600.0
+_KEY = (pending.c.tenant_id, pending.c.user_id, pending.c.agent_name, pending.c.thread_id)
+
+
+@dataclass(frozen=True)
+class PendingUpdate:
+    """A claimed row: what the worker runs the updater on."""
+
+    scope: Scope
+    thread_id: str
+    kind: str
+    messages: tuple[Message, ...]
+    signals: Signals
+    generation: int
+    attempts: int
+
+
+def make_owner() -> str:
+    """A name for this process's leases: host, pid and a random part."""
+    return f"{socket.gethostname()[:32]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class UpdateQueue:
+    """The pending-updates table of one database (see the module docstring).
+
+    Every method is one short transaction and safe to call from many threads and processes.
+    Database failures raise :class:`~memory_sql.StorageError`.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        debounce_seconds: float = 30.0,
+        max_debounce_seconds: float = 300.0,
+        lease_seconds: float = 300.0,
+        max_attempts: int = 5,
+        retry_backoff_seconds: float = 30.0,
+        owner: str | None = None,
+    ) -> None:
+        self.engine = engine
+        self.debounce = timedelta(seconds=debounce_seconds)
+        self.max_wait = timedelta(seconds=max(max_debounce_seconds, debounce_seconds))
+        self.lease = timedelta(seconds=lease_seconds)
+        self.max_attempts = max_attempts
+        self.backoff_seconds = retry_backoff_seconds
+        self.owner = owner or make_owner()
+        self._postgres = engine.dialect.name == "postgresql"
+
+    # enqueue ---------------------------------------------------------------------------------
+
+    def add(
+        self,
+        scope: Scope,
+        thread_id: str,
+        messages: Sequence[Message],
+        signals: Signals,
+        *,
+        immediate: bool = False,
+        now: datetime | None = None,
+    ) -> datetime:
+        """Queue ``messages`` (filtered) as the key's latest conversation; returns when it is due.
+
+        ``immediate`` is the summarization flush: kind ``flush``, due now.
+        """
+        now = now or utcnow()
+        kind = "flush" if immediate else "turn"
+        key = _key_values(scope, thread_id, kind)
+        body = json.dumps([m.to_dict() for m in messages], ensure_ascii=True)
+        due = now if immediate else now + self.debounce
+        with self._transaction() as conn:
+            inserted = conn.execute(
+                self._insert_ignoring_conflict()
+                .values(
+                    **key,
+                    messages=body,
+                    correction=signals.correction,
+                    reinforcement=signals.reinforcement,
+                    first_enqueued_at=now,
+                    last_enqueued_at=now,
+                    due_at=due,
+                    generation=1,
+                    attempts=0,
+                    status="pending",
+                )
+                .returning(pending.c.generation)
+            ).first()
+            if inserted is not None:
+                return due
+            query = sa.select(
+                pending.c.first_enqueued_at,
+                pending.c.correction,
+                pending.c.reinforcement,
+                pending.c.status,
+            ).where(_is_key(key))
+            if self._postgres:
+                query = query.with_for_update()
+            row = conn.execute(query).one()
+            merged = Signals(row.correction, row.reinforcement) | signals
+            first = now if row.status == "failed" else row.first_enqueued_at
+            if not immediate:
+                due = min(due, first + self.max_wait)
+            conn.execute(
+                sa.update(pending)
+                .where(_is_key(key))
+                .values(
+                    messages=body,
+                    correction=merged.correction,
+                    reinforcement=merged.reinforcement,
+                    first_enqueued_at=first,
+                    last_enqueued_at=now,
+                    due_at=due,
+                    generation=pending.c.generation + 1,
+                    status="pending",
+                    attempts=sa.case((pending.c.status == "failed", 0), else_=pending.c.attempts),
+                    last_error=None,
+                )
+            )
+        return due
+
+    # work ------------------------------------------------------------------------------------
+
+    def claim(self, limit: int, *, now: datetime | None = None) -> list[PendingUpdate]:
+        """Lease up to ``limit`` due rows to this queue's owner, earliest due first."""
+        if limit <= 0:
+            return []
+        now = now or utcnow()
+        query = (
+            sa.select(*_KEY, pending.c.kind, pending.c.messages, pending.c.correction)
+            .add_columns(pending.c.reinforcement, pending.c.generation, pending.c.attempts)
+            .where(pending.c.status == "pending", pending.c.due_at <= now, _unleased(now))
+            .order_by(pending.c.due_at)
+            .limit(limit)
+        )
+        if self._postgres:
+            query = query.with_for_update(skip_locked=True)
+        claimed = []
+        with self._transaction() as conn:
+            for row in conn.execute(query).all():
+                key = _key_values(
+                    Scope(row.tenant_id, row.user_id, row.agent_name or None),
+                    row.thread_id,
+                    row.kind,
+                )
+                conn.execute(
+                    sa.update(pending)
+                    .where(_is_key(key))
+                    .values(
+                        lease_owner=self.owner,
+                        lease_until=now + self.lease,
+                        attempts=pending.c.attempts + 1,
+                    )
+                )
+                claimed.append(
+                    PendingUpdate(
+                        scope=Scope(row.tenant_id, row.user_id, row.agent_name or None),
+                        thread_id=row.thread_id,
+                        kind=row.kind,
+                        messages=tuple(
+                            Message.from_dict(m, index=i)
+                            for i, m in enumerate(json.loads(row.messages))
+                        ),
+                        signals=Signals(row.correction, row.reinforcement),
+                        generation=row.generation,
+                        attempts=row.attempts + 1,
+                    )
+                )
+        return claimed
+
+    def complete(self, item: PendingUpdate) -> bool:
+        """The run of ``item`` succeeded: delete its row, unless a newer conversation arrived
+        meanwhile (then the row stays for the next run). True if the row was deleted."""
+        key = _key_values(item.scope, item.thread_id, item.kind)
+        with self._transaction() as conn:
+            deleted = conn.execute(
+                sa.delete(pending).where(
+                    _is_key(key),
+                    pending.c.generation == item.generation,
+                    pending.c.lease_owner == self.owner,
+                )
+            ).rowcount
+            if deleted:
+                return True
+            conn.execute(
+                sa.update(pending)
+                .where(_is_key(key), pending.c.lease_owner == self.owner)
+                .values(lease_owner=None, lease_until=None, attempts=0, last_error=None)
+            )
+        return False
+
+    def fail(self, item: PendingUpdate, error: str, *, now: datetime | None = None) -> str:
+        """The run of ``item`` failed with ``error``. Returns what happens next: ``retry``
+        (after a back-off), ``failed`` (attempts used up), ``superseded`` (a newer conversation
+        arrived and will run at its own due time) or ``lost`` (the lease had expired and another
+        worker took the row)."""
+        now = now or utcnow()
+        key = _key_values(item.scope, item.thread_id, item.kind)
+        error = error[:4000]
+        with self._transaction() as conn:
+            query = sa.select(pending.c.generation, pending.c.attempts).where(
+                _is_key(key), pending.c.lease_owner == self.owner
+            )
+            if self._postgres:
+                query = query.with_for_update()
+            row = conn.execute(query).first()
+            if row is None:
+                return "lost"
+            released: dict[str, Any] = {
+                "lease_owner": None,
+                "lease_until": None,
+                "last_error": error,
+            }
+            if row.generation != item.generation:
+                outcome, values = "superseded", {"attempts": 0}
+            elif row.attempts >= self.max_attempts:
+                outcome, values = "failed", {"status": "failed"}
+            else:
+                delay = min(self.backoff_seconds * 2 ** (row.attempts - 1), MAX_BACKOFF_SECONDS)
+                outcome, values = "retry", {"due_at": now + timedelta(seconds=delay)}
+            conn.execute(sa.update(pending).where(_is_key(key)).values(**released, **values))
+        return outcome
+
+    def release(self, item: PendingUpdate) -> None:
+        """Give ``item`` back unrun (shutting down): due now, the attempt not counted."""
+        key = _key_values(item.scope, item.thread_id, item.kind)
+        with self._transaction() as conn:
+            conn.execute(
+                sa.update(pending)
+                .where(_is_key(key), pending.c.lease_owner == self.owner)
+                .values(lease_owner=None, lease_until=None, attempts=pending.c.attempts - 1)
+            )
+
+    # scheduling and reporting ----------------------------------------------------------------
+
+    def next_due(self, *, now: datetime | None = None) -> datetime | None:
+        """When a pending row can next be claimed: its due time, or its lease's end."""
+        now = now or utcnow()
+        with self._connection() as conn:
+            unleased = conn.execute(
+                sa.select(sa.func.min(pending.c.due_at)).where(
+                    pending.c.status == "pending", _unleased(now)
+                )
+            ).scalar()
+            lease_end = conn.execute(
+                sa.select(sa.func.min(pending.c.lease_until)).where(
+                    pending.c.status == "pending", pending.c.lease_until >= now
+                )
+            ).scalar()
+        times = [t for t in (unleased, lease_end) if t is not None]
+        return min(times) if times else None
+
+    def make_all_due(self, *, now: datetime | None = None) -> int:
+        """Make every pending row due now (a flush). Returns how many rows that touched."""
+        now = now or utcnow()
+        with self._transaction() as conn:
+            return conn.execute(
+                sa.update(pending)
+                .where(pending.c.status == "pending", pending.c.due_at > now)
+                .values(due_at=now)
+            ).rowcount
+
+    def counts(self, *, now: datetime | None = None) -> dict[str, int]:
+        """Rows ``pending`` (waiting or running), ``failed`` (given up), ``leased`` (running
+        anywhere now) and ``due`` (waiting and due now)."""
+        now = now or utcnow()
+        leased = sa.and_(pending.c.lease_until.is_not(None), pending.c.lease_until >= now)
+        due = sa.and_(pending.c.status == "pending", pending.c.due_at <= now, ~leased)
+        with self._connection() as conn:
+            row = conn.execute(
+                sa.select(
+                    sa.func.count().filter(pending.c.status == "pending"),
+                    sa.func.count().filter(pending.c.status == "failed"),
+                    sa.func.count().filter(leased),
+                    sa.func.count().filter(due),
+                )
+            ).one()
+        return {"pending": row[0], "failed": row[1], "leased": row[2], "due": row[3]}
+
+    # plumbing --------------------------------------------------------------------------------
+
+    def _insert_ignoring_conflict(self) -> Any:
+        dialect = postgresql if self._postgres else sqlite
+        return dialect.insert(pending).on_conflict_do_nothing()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Connection]:
+        options = {} if self._postgres else {"sqlite_begin": "IMMEDIATE"}
+        with self._errors():
+            connection = self.engine.connect().execution_options(**options)
+            with connection as conn, conn.begin():
+                yield conn
+
+    @contextmanager
+    def _connection(self) -> Iterator[Connection]:
+        with self._errors(), self.engine.connect() as conn:
+            yield conn
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        try:
+            yield
+        except sa_exc.SQLAlchemyError as exc:
+            reason = getattr(exc, "orig", None) or exc
+            raise StorageError(
+                f"update queue on {redacted(self.engine.url)} failed: {reason}"
+            ) from exc
+
+
+def _key_values(scope: Scope, thread_id: str, kind: str) -> dict[str, str]:
+    return {
+        "tenant_id": scope.tenant_id,
+        "user_id": scope.user_id,
+        "agent_name": scope.agent_key,
+        "thread_id": thread_id,
+        "kind": kind,
+    }
+
+
+def _is_key(key: dict[str, str]) -> sa.ColumnElement[bool]:
+    return sa.and_(*(pending.c[name] == value for name, value in key.items()))
+
+
+def _unleased(now: datetime) -> sa.ColumnElement[bool]:
+    return sa.or_(pending.c.lease_until.is_(None), pending.c.lease_until < now)

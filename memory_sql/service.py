@@ -1,0 +1,258 @@
+"""MemoryService: the one object an agent framework needs (storage + queue + updater + worker).
+
+    service = MemoryService(MemoryConfig.from_yaml("config.yaml"))
+    service.after_agent(messages, thread_id="t1", user_id="u1", agent_name="coder")
+    prompt = service.memory_context(user_id="u1", agent_name="coder") + prompt
+    service.close()
+
+The agent-facing methods (:meth:`~MemoryService.after_agent`,
+:meth:`~MemoryService.before_summarization`, :meth:`~MemoryService.memory_context`) never raise
+into the agent's turn: a problem (malformed messages, a bad name, the database down) is logged
+and counted in :meth:`~MemoryService.status`, and the turn goes on without memory.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.engine import Engine
+
+from . import migrations
+from .config import MemoryConfig
+from .database import create_engine
+from .injection import render_memory_block
+from .intake import filter_messages_for_memory, has_minimum_dialogue
+from .llm import LLMClient
+from .pattern_files import load_patterns
+from .queue import PendingUpdate, UpdateQueue
+from .scope import Scope, check_thread_id
+from .signals import detect_signals
+from .storage import FileStorage, MemoryStorage, SQLStorage, open_storage
+from .tokens import make_token_counter
+from .updater import MemoryUpdater
+from .worker import RunOutcome, UpdateWorker
+
+logger = logging.getLogger(__name__)
+
+QUEUE_FILE = "queue.db"
+
+
+class MemoryService:
+    """Long-term memory for an agent: learn after each conversation, recall before the next.
+
+    ``config`` defaults to :meth:`MemoryConfig.from_env`. ``storage`` defaults to what
+    ``config.storage`` names; the queue lives in the same database (for the JSON-file store, in
+    a SQLite file ``queue.db`` in its folder, migrated here). ``start=False`` builds everything
+    but runs no background work (queued conversations wait for a service that starts).
+    """
+
+    def __init__(
+        self,
+        config: MemoryConfig | None = None,
+        *,
+        storage: MemoryStorage | None = None,
+        llm: LLMClient | None = None,
+        start: bool = True,
+    ) -> None:
+        self.config = config if config is not None else MemoryConfig.from_env()
+        self._patterns = load_patterns(self.config.patterns_dir)
+        self._owned_engines: list[Engine] = []
+        self._owns_storage = storage is None
+        self.storage = storage if storage is not None else self._open_storage()
+        self.queue = UpdateQueue(
+            self._queue_engine(),
+            debounce_seconds=self.config.debounce_seconds,
+            max_debounce_seconds=self.config.max_debounce_seconds,
+            lease_seconds=self.config.lease_seconds,
+            max_attempts=self.config.max_attempts,
+            retry_backoff_seconds=self.config.retry_backoff_seconds,
+        )
+        self.updater = MemoryUpdater(self.config, self.storage, llm)
+        self.counter = make_token_counter(
+            self.config.token_counting, self.config.tiktoken_encoding_file
+        )
+        self.worker = UpdateWorker(
+            self.queue,
+            self._run,
+            workers=self.config.workers,
+            sweep_interval=self.config.sweep_interval_seconds,
+        )
+        self._problems = 0
+        self._problems_lock = threading.Lock()
+        self._closed = False
+        if start:
+            self.worker.start()
+
+    # the agent's side ------------------------------------------------------------------------
+
+    def after_agent(
+        self,
+        messages: Iterable[Any],
+        *,
+        thread_id: str,
+        user_id: str | None = None,
+        agent_name: str | None = None,
+        tenant_id: str | None = None,
+    ) -> bool:
+        """Queue a finished conversation for a debounced memory update. Never raises.
+
+        Filters the messages, needs at least one user and one assistant turn, detects
+        correction / reinforcement, and queues the conversation for its key (tenant, user,
+        agent, thread). Returns True if something was queued.
+        """
+        return self._enqueue(messages, thread_id, user_id, agent_name, tenant_id, immediate=False)
+
+    def before_summarization(
+        self,
+        messages: Iterable[Any],
+        *,
+        thread_id: str,
+        user_id: str | None = None,
+        agent_name: str | None = None,
+        tenant_id: str | None = None,
+    ) -> bool:
+        """Queue messages that summarization is about to drop, due now. Never raises."""
+        return self._enqueue(messages, thread_id, user_id, agent_name, tenant_id, immediate=True)
+
+    def memory_context(
+        self,
+        *,
+        user_id: str | None = None,
+        agent_name: str | None = None,
+        tenant_id: str | None = None,
+        today: date | None = None,
+    ) -> str:
+        """The memory block for the system prompt (a date reminder and ``<user_memory>``), or
+        ``""`` when there is nothing to show or memory is off or failing. Never raises."""
+        if not self.config.enabled:
+            return ""
+        try:
+            doc = self.storage.load(user_id=user_id, agent_name=agent_name, tenant_id=tenant_id)
+            return render_memory_block(
+                doc,
+                today=today,
+                max_tokens=self.config.injected_memory_max_tokens,
+                guaranteed_categories=self.config.guaranteed_categories,
+                guaranteed_token_budget=self.config.guaranteed_token_budget,
+                counter=self.counter,
+            )
+        except Exception:
+            self._problem(
+                "memory_sql: cannot read the memory of user %r, agent %r", user_id, agent_name
+            )
+            return ""
+
+    # operating it ----------------------------------------------------------------------------
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Run every pending update now; True if none is left pending within ``timeout``."""
+        return self.worker.flush(timeout)
+
+    def status(self) -> dict[str, int]:
+        """``pending`` and ``failed`` rows in the queue (all processes), ``leased`` (running
+        anywhere), ``in_flight`` (running here), ``completed`` / ``failed_runs`` (here, since
+        start) and ``problems`` (hook calls that were logged instead of raising)."""
+        counts = self.queue.counts()
+        return {
+            "pending": counts["pending"],
+            "failed": counts["failed"],
+            "leased": counts["leased"],
+            "in_flight": self.worker.in_flight,
+            "completed": self.worker.completed,
+            "failed_runs": self.worker.failed,
+            "problems": self._problems,
+        }
+
+    def close(self, timeout: float = 30.0) -> bool:
+        """Stop scheduling; wait up to ``timeout`` for updates in flight; leave the rest queued
+        for the next start. True if nothing was still running."""
+        if self._closed:
+            return True
+        self._closed = True
+        finished = self.worker.stop(timeout)
+        self.updater.close()
+        if self._owns_storage:
+            self.storage.close()
+        for engine in self._owned_engines:
+            engine.dispose()
+        return finished
+
+    def __enter__(self) -> MemoryService:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # internals -------------------------------------------------------------------------------
+
+    def _enqueue(
+        self,
+        messages: Iterable[Any],
+        thread_id: str,
+        user_id: str | None,
+        agent_name: str | None,
+        tenant_id: str | None,
+        *,
+        immediate: bool,
+    ) -> bool:
+        if not self.config.enabled:
+            return False
+        try:
+            scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=tenant_id)
+            check_thread_id(thread_id)
+            filtered = filter_messages_for_memory(messages, patterns=self._patterns)
+            if not has_minimum_dialogue(filtered):
+                return False
+            signals = detect_signals(filtered, patterns=self._patterns)
+            due = self.queue.add(scope, thread_id, filtered, signals, immediate=immediate)
+            self.worker.notify(due)
+            return True
+        except Exception:
+            self._problem(
+                "memory_sql: cannot queue thread %r of user %r for memory", thread_id, user_id
+            )
+            return False
+
+    def _run(self, item: PendingUpdate) -> RunOutcome:
+        result = self.updater.update_memory(
+            item.messages,
+            thread_id=item.thread_id,
+            user_id=item.scope.user_id,
+            agent_name=item.scope.agent_name,
+            tenant_id=item.scope.tenant_id,
+            correction_detected=item.signals.correction,
+            reinforcement_detected=item.signals.reinforcement,
+        )
+        return RunOutcome(result.ok, result.error)
+
+    def _problem(self, message: str, *args: object) -> None:
+        with self._problems_lock:
+            self._problems += 1
+        logger.warning(message, *args, exc_info=True)
+
+    def _open_storage(self) -> MemoryStorage:
+        if self.config.storage_class:
+            return open_storage("use:" + self.config.storage_class)
+        target = self.config.storage
+        if "://" not in target and not target.startswith("sqlite:"):
+            return FileStorage(target)
+        engine = create_engine(target, pool_size=max(5, self.config.workers + 3))
+        self._owned_engines.append(engine)
+        return SQLStorage(engine)
+
+    def _queue_engine(self) -> Engine:
+        if isinstance(self.storage, SQLStorage):
+            return self.storage.engine
+        if isinstance(self.storage, FileStorage):
+            path = Path(self.storage.root) / QUEUE_FILE
+        else:
+            path = Path(QUEUE_FILE)
+        engine = create_engine(f"sqlite:///{path}")
+        self._owned_engines.append(engine)
+        migrations.upgrade(engine)
+        return engine

@@ -1,0 +1,226 @@
+"""Running due memory updates in the background: APScheduler 3 timing, a bounded thread pool.
+
+The scheduler holds two jobs. ``wake`` is a one-shot ``date`` job moved to the next time a row
+becomes claimable (a due time, or the end of another process's lease): the worker sleeps until
+there is work, with no polling. ``sweep`` runs every ``sweep_interval`` seconds and catches what
+no local wake-up covers: rows queued by other processes, leases left by dead ones. Both claim as
+many due rows as the pool has free threads and hand them to the pool; a finished run claims
+more. Wake-ups never miss: jobs have no misfire grace limit, and a wake-up asked for while one
+runs makes that one go round again instead of being skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+
+from apscheduler.executors.pool import ThreadPoolExecutor as SchedulerThreadPool
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from .errors import MemorySQLError
+from .models import utcnow
+from .queue import PendingUpdate, UpdateQueue
+
+logger = logging.getLogger(__name__)
+
+Run = Callable[[PendingUpdate], "RunOutcome"]
+
+
+class RunOutcome:
+    """What running one item gave: ``ok``, or the error to record."""
+
+    __slots__ = ("error", "ok")
+
+    def __init__(self, ok: bool, error: str | None = None) -> None:
+        self.ok = ok
+        self.error = error
+
+
+class UpdateWorker:
+    """Claims due rows of ``queue`` and runs ``run`` on each in a pool of ``workers`` threads."""
+
+    def __init__(
+        self,
+        queue: UpdateQueue,
+        run: Run,
+        *,
+        workers: int = 2,
+        sweep_interval: float = 60.0,
+    ) -> None:
+        self.queue = queue
+        self.run = run
+        self.workers = workers
+        self.sweep_interval = sweep_interval
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="memory-sql")
+        self._scheduler = BackgroundScheduler(
+            executors={"default": SchedulerThreadPool(2)},
+            job_defaults={"coalesce": True, "misfire_grace_time": None, "max_instances": 1},
+            timezone=timezone.utc,
+        )
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._in_flight = 0
+        self._next_wake: datetime | None = None
+        self._waking = False
+        self._again = False
+        self._stopping = False
+        self.completed = 0
+        self.failed = 0
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    def start(self) -> None:
+        """Start the scheduler and look for work at once (rows a dead process left)."""
+        self._scheduler.start()
+        self._scheduler.add_job(
+            self._wake, "interval", seconds=self.sweep_interval, id="sweep", name="sweep"
+        )
+        self.notify(utcnow())
+
+    def notify(self, due: datetime) -> None:
+        """A row becomes claimable at ``due``: wake up then, unless already waking earlier."""
+        with self._lock:
+            if self._stopping:
+                return
+            if self._waking:
+                self._again = True
+                return
+            if self._next_wake is not None and self._next_wake <= due:
+                return
+            self._schedule(due)
+
+    def _schedule(self, when: datetime) -> None:
+        self._next_wake = when
+        if not self._scheduler.running:
+            return
+        self._scheduler.add_job(
+            self._wake, "date", run_date=when, id="wake", name="wake", replace_existing=True
+        )
+
+    def _wake(self) -> None:
+        with self._lock:
+            if self._waking:  # the sweep and a wake-up at once: the running one goes round again
+                self._again = True
+                return
+            self._waking = True
+            self._next_wake = None
+        try:
+            while True:
+                with self._lock:
+                    self._again = False
+                free = self._drain()
+                next_due = self.queue.next_due() if free else None
+                with self._lock:
+                    if self._again and not self._stopping:
+                        continue
+                    self._waking = False
+                    # With no free thread next_due is None: a finished run claims more instead.
+                    earlier = self._next_wake is None or (
+                        next_due is not None and next_due < self._next_wake
+                    )
+                    if next_due is not None and earlier and not self._stopping:
+                        self._schedule(next_due)
+                    return
+        except MemorySQLError as exc:
+            logger.warning("memory update worker: cannot read the queue: %s", exc)
+        except Exception:
+            logger.exception("memory update worker: unexpected error while claiming work")
+        with self._lock:
+            self._waking = False
+
+    def _drain(self) -> int:
+        """Claim due rows for the free threads and start them; returns free threads left."""
+        with self._lock:
+            free = self.workers - self._in_flight
+            if self._stopping or free <= 0:
+                return max(free, 0)
+        items = self.queue.claim(free)
+        with self._lock:
+            self._in_flight += len(items)
+        for item in items:
+            self._pool.submit(self._process, item)
+        return free - len(items)
+
+    def _process(self, item: PendingUpdate) -> None:
+        try:
+            try:
+                outcome = self.run(item)
+            except Exception as exc:  # the run's own failure is recorded, never raised
+                logger.exception(
+                    "memory update of %s, thread %s crashed", item.scope, item.thread_id
+                )
+                outcome = RunOutcome(False, f"{type(exc).__name__}: {exc}")
+            if outcome.ok:
+                self.queue.complete(item)
+                self.completed += 1
+            else:
+                what = self.queue.fail(item, outcome.error or "unknown error")
+                self.failed += 1
+                logger.warning(
+                    "memory update of %s, thread %s failed (attempt %d, %s): %s",
+                    item.scope,
+                    item.thread_id,
+                    item.attempts,
+                    what,
+                    outcome.error,
+                )
+        except MemorySQLError as exc:
+            logger.warning(
+                "memory update of %s, thread %s: cannot record the outcome: %s "
+                "(the lease expires and the row is run again)",
+                item.scope,
+                item.thread_id,
+                exc,
+            )
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+                self._idle.notify_all()
+            self.notify(utcnow())
+
+    def flush(self, timeout: float) -> bool:
+        """Make every pending row due and wait until none is pending, or ``timeout`` seconds.
+
+        Returns False if rows are still pending then, or if what is left can only run later
+        (a failed run waiting for its retry, or a row leased by another process)."""
+        deadline = time.monotonic() + timeout
+        self.queue.make_all_due()
+        self.notify(utcnow())
+        while True:
+            counts = self.queue.counts()
+            if counts["pending"] == 0:
+                return True
+            with self._lock:
+                busy = self._in_flight > 0 or self._waking
+            if not busy and counts["due"] == 0 and counts["leased"] == 0:
+                return False
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            if not busy and counts["due"]:
+                self.notify(utcnow())
+            with self._lock:
+                self._idle.wait(min(remaining, 0.05))
+
+    def stop(self, timeout: float) -> bool:
+        """Stop claiming, wait up to ``timeout`` seconds for runs in flight; True if all ended.
+
+        Runs still going then finish in the background; their rows stay leased until they do
+        (or, if the process exits first, until the lease expires)."""
+        with self._lock:
+            self._stopping = True
+        if self._scheduler.running:
+            self._scheduler.shutdown(wait=False)
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while self._in_flight and (remaining := deadline - time.monotonic()) > 0:
+                self._idle.wait(remaining)
+            finished = self._in_flight == 0
+        self._pool.shutdown(wait=finished, cancel_futures=True)
+        return finished

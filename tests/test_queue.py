@@ -1,0 +1,217 @@
+"""The durable update queue on its own: debounce arithmetic, merging, leases, retries."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta, timezone
+
+import pytest
+import sqlalchemy as sa
+
+from memory_sql.database import create_engine
+from memory_sql.messages import Message
+from memory_sql.queue import UpdateQueue
+from memory_sql.schema import memory_pending_updates as pending
+from memory_sql.scope import Scope
+from memory_sql.signals import Signals
+
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("pg", id="postgresql", marks=pytest.mark.postgres)])
+def engine(request: pytest.FixtureRequest):
+    url = request.getfixturevalue(f"{request.param}_url")
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(sa.delete(pending))
+    yield engine
+    assert "Checked out connections: 0" in engine.pool.status()
+    engine.dispose()
+
+
+def make_queue(engine, **settings) -> UpdateQueue:
+    defaults = {
+        "debounce_seconds": 30,
+        "max_debounce_seconds": 300,
+        "lease_seconds": 60,
+        "max_attempts": 3,
+        "retry_backoff_seconds": 10,
+    }
+    return UpdateQueue(engine, **(defaults | settings))
+
+
+def conversation(text: str) -> list[Message]:
+    return [Message("user", text), Message("assistant", f"reply to {text}")]
+
+
+SCOPE = Scope.of(user_id="alice", agent_name="coder")
+
+
+def rows(engine) -> list:
+    with engine.connect() as conn:
+        return conn.execute(sa.select(pending).order_by(pending.c.thread_id)).all()
+
+
+def test_a_newer_conversation_replaces_the_older_and_signals_merge(engine):
+    queue = make_queue(engine)
+    queue.add(SCOPE, "t1", conversation("one"), Signals(), now=T0)
+    queue.add(SCOPE, "t1", conversation("two"), Signals(correction=True), now=T0 + timedelta(1))
+    due = queue.add(
+        SCOPE, "t1", conversation("three"), Signals(reinforcement=True), now=T0 + timedelta(2)
+    )
+    (row,) = rows(engine)
+    assert "three" in row.messages and "one" not in row.messages
+    assert (row.correction, row.reinforcement) == (True, False)
+    assert row.generation == 3
+    assert row.first_enqueued_at == T0
+    assert due == row.due_at
+
+
+def test_due_is_debounced_but_never_later_than_the_maximum_wait(engine):
+    queue = make_queue(engine, debounce_seconds=30, max_debounce_seconds=100)
+    assert queue.add(SCOPE, "t1", conversation("a"), Signals(), now=T0) == T0 + timedelta(
+        seconds=30
+    )
+    later = T0 + timedelta(seconds=20)
+    assert queue.add(SCOPE, "t1", conversation("b"), Signals(), now=later) == later + timedelta(
+        seconds=30
+    )
+    late = T0 + timedelta(seconds=90)
+    assert queue.add(SCOPE, "t1", conversation("c"), Signals(), now=late) == T0 + timedelta(
+        seconds=100
+    )
+
+
+def test_keys_are_separate(engine):
+    queue = make_queue(engine)
+    queue.add(SCOPE, "t1", conversation("a"), Signals(), now=T0)
+    queue.add(SCOPE, "t2", conversation("b"), Signals(), now=T0)
+    queue.add(Scope.of(user_id="bob", agent_name="coder"), "t1", conversation("c"), Signals())
+    queue.add(Scope.of(user_id="alice"), "t1", conversation("d"), Signals())
+    queue.add(
+        Scope.of(user_id="alice", agent_name="coder", tenant_id="acme"),
+        "t1",
+        conversation("e"),
+        Signals(),
+    )
+    assert len(rows(engine)) == 5
+
+
+def test_a_summarization_flush_is_due_now_and_kept_apart_from_the_turn(engine):
+    queue = make_queue(engine)
+    queue.add(SCOPE, "t1", conversation("turn"), Signals(), now=T0)
+    due = queue.add(
+        SCOPE, "t1", conversation("about to be summarised"), Signals(), immediate=True, now=T0
+    )
+    assert due == T0
+    kinds = {row.kind: row for row in rows(engine)}
+    assert set(kinds) == {"flush", "turn"}
+    assert "summarised" in kinds["flush"].messages and "turn" in kinds["turn"].messages
+    assert [item.kind for item in queue.claim(5, now=T0)] == ["flush"]
+
+
+def test_claim_leases_due_rows_once(engine):
+    mine, theirs = make_queue(engine, owner="mine"), make_queue(engine, owner="theirs")
+    mine.add(SCOPE, "t1", conversation("a"), Signals(correction=True), now=T0)
+    assert mine.claim(5, now=T0) == []  # not due yet
+    due = T0 + timedelta(seconds=30)
+    (item,) = mine.claim(5, now=due)
+    assert (item.thread_id, item.attempts, item.signals.correction) == ("t1", 1, True)
+    assert [m.text for m in item.messages] == ["a", "reply to a"]
+    assert theirs.claim(5, now=due) == []
+    assert mine.counts(now=due) == {"pending": 1, "failed": 0, "leased": 1, "due": 0}
+    after_lease = due + timedelta(seconds=61)  # the owner died: its lease runs out
+    (again,) = theirs.claim(5, now=after_lease)
+    assert again.attempts == 2
+    assert mine.complete(item) is False  # the lease is no longer ours
+    assert theirs.complete(again) is True
+    assert rows(engine) == []
+
+
+def test_a_conversation_arriving_during_a_run_is_kept_for_the_next(engine):
+    queue = make_queue(engine, debounce_seconds=0)
+    queue.add(SCOPE, "t1", conversation("first"), Signals(), now=T0)
+    (item,) = queue.claim(1, now=T0)
+    queue.add(SCOPE, "t1", conversation("second"), Signals(), now=T0)
+    assert queue.complete(item) is False
+    (row,) = rows(engine)
+    assert "second" in row.messages and row.lease_owner is None and row.attempts == 0
+    (next_item,) = queue.claim(1, now=T0 + timedelta(seconds=1))
+    assert [m.text for m in next_item.messages][0] == "second"
+    assert queue.complete(next_item) is True
+
+
+def test_failures_back_off_then_stay_failed_with_their_error(engine):
+    queue = make_queue(engine, debounce_seconds=0, max_attempts=3, retry_backoff_seconds=10)
+    queue.add(SCOPE, "t1", conversation("a"), Signals(), now=T0)
+    now = T0
+    outcomes, gaps = [], []
+    for _ in range(3):
+        (item,) = queue.claim(1, now=now)
+        outcomes.append(queue.fail(item, f"boom {item.attempts}", now=now))
+        (row,) = rows(engine)
+        gaps.append((row.due_at - now).total_seconds())
+        now = row.due_at
+    assert outcomes == ["retry", "retry", "failed"]
+    assert gaps[:2] == [10.0, 20.0]
+    (row,) = rows(engine)
+    assert (row.status, row.last_error, row.lease_owner) == ("failed", "boom 3", None)
+    assert queue.claim(1, now=now + timedelta(days=1)) == []
+    assert queue.counts(now=now)["failed"] == 1
+    queue.add(SCOPE, "t1", conversation("new"), Signals(), now=now)  # new content, new chances
+    (row,) = rows(engine)
+    assert (row.status, row.attempts, row.last_error) == ("pending", 0, None)
+
+
+def test_a_failure_after_a_newer_conversation_defers_to_it(engine):
+    queue = make_queue(engine, debounce_seconds=0)
+    queue.add(SCOPE, "t1", conversation("a"), Signals(), now=T0)
+    (item,) = queue.claim(1, now=T0)
+    queue.add(SCOPE, "t1", conversation("b"), Signals(), now=T0)
+    assert queue.fail(item, "llm down", now=T0) == "superseded"
+    (row,) = rows(engine)
+    assert (row.status, row.attempts, row.lease_owner) == ("pending", 0, None)
+
+
+def test_next_due_and_make_all_due(engine):
+    queue = make_queue(engine, debounce_seconds=30)
+    assert queue.next_due(now=T0) is None
+    queue.add(SCOPE, "t1", conversation("a"), Signals(), now=T0)
+    queue.add(SCOPE, "t2", conversation("b"), Signals(), now=T0 + timedelta(seconds=5))
+    assert queue.next_due(now=T0) == T0 + timedelta(seconds=30)
+    assert queue.make_all_due(now=T0) == 2
+    assert len(queue.claim(5, now=T0)) == 2
+    assert queue.next_due(now=T0) == T0 + timedelta(seconds=60)  # the leases' end
+
+
+def test_release_gives_a_row_back_without_counting_the_attempt(engine):
+    queue = make_queue(engine, debounce_seconds=0)
+    queue.add(SCOPE, "t1", conversation("a"), Signals(), now=T0)
+    (item,) = queue.claim(1, now=T0)
+    queue.release(item)
+    (again,) = queue.claim(1, now=T0)
+    assert again.attempts == 1
+
+
+def test_racing_claimers_never_share_a_row(engine):
+    seed = make_queue(engine, debounce_seconds=0)
+    for n in range(120):
+        seed.add(SCOPE, f"t{n:03d}", conversation(str(n)), Signals(), now=T0)
+    claimed: list[str] = []
+    lock = threading.Lock()
+    start = threading.Barrier(6)
+
+    def claimer(owner: str) -> None:
+        queue = make_queue(engine, owner=owner)
+        start.wait()
+        while items := queue.claim(3, now=T0 + timedelta(seconds=1)):
+            with lock:
+                claimed.extend(item.thread_id for item in items)
+
+    threads = [threading.Thread(target=claimer, args=(f"w{i}",)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(claimed) == 120
+    assert len(set(claimed)) == 120
