@@ -96,12 +96,12 @@ class UpdateWorker:
             self._schedule(due)
 
     def _schedule(self, when: datetime) -> None:
+        # A new job rather than moving the old one: APScheduler removes a date job itself
+        # after firing it, and a job moved or removed by us meanwhile would be lost (or would
+        # kill its thread with JobLookupError). A later wake-up left behind just finds less.
         self._next_wake = when
-        if not self._scheduler.running:
-            return
-        self._scheduler.add_job(
-            self._wake, "date", run_date=when, id="wake", name="wake", replace_existing=True
-        )
+        if self._scheduler.running:
+            self._scheduler.add_job(self._wake, "date", run_date=when, name="wake")
 
     def _wake(self) -> None:
         with self._lock:
@@ -216,6 +216,11 @@ class UpdateWorker:
         with self._lock:
             self._stopping = True
         if self._scheduler.running:
+            # APScheduler 3 marks itself stopped before taking its job-store lock, so a job
+            # being fired at that moment fails to remove itself and kills the scheduler thread
+            # with JobLookupError. Pausing under that lock first leaves nothing being fired.
+            with self._scheduler._jobstores_lock:
+                self._scheduler.pause()
             self._scheduler.shutdown(wait=False)
         deadline = time.monotonic() + timeout
         with self._lock:

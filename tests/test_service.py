@@ -1,0 +1,312 @@
+"""MemoryService end to end: real SQLite/PostgreSQL, the real openai client against a scripted
+chat-completions server, APScheduler running the queue in background threads."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+
+import pytest
+import sqlalchemy as sa
+from llm_server import llm_config
+
+from memory_sql.database import create_engine
+from memory_sql.schema import memory_pending_updates as pending
+from memory_sql.service import MemoryService
+
+LIKES = re.compile(r"User: I like (\S+)")
+
+
+def learn(body: dict) -> str:
+    """The scripted LLM's answer: a fact for every "I like X" of the conversation."""
+    prompt = body["messages"][-1]["content"]
+    conversation = prompt.split("<conversation>")[1].split("</conversation>")[0]
+    facts = [
+        {"content": f"Likes {thing}", "category": "preference", "confidence": 0.9}
+        for thing in LIKES.findall(conversation)
+    ]
+    return json.dumps({"user": {}, "history": {}, "newFacts": facts, "factsToRemove": []})
+
+
+def chat(*likes: str, extra: str = "") -> list[dict]:
+    messages = []
+    for thing in likes:
+        messages += [
+            {"role": "user", "content": f"I like {thing}{extra}"},
+            {"role": "assistant", "content": f"Noted: {thing}."},
+        ]
+    return messages
+
+
+def conversations_seen(llm) -> list[str]:
+    return [
+        body["messages"][-1]["content"].split("<conversation>")[1].split("</conversation>")[0]
+        for body in llm.requests
+    ]
+
+
+@pytest.fixture(params=["sqlite", pytest.param("pg", id="postgresql", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest) -> str:
+    url = request.getfixturevalue(f"{request.param}_url")
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(sa.delete(pending))
+    engine.dispose()
+    return url
+
+
+@pytest.fixture
+def make_service(db_url, llm):
+    made: list[MemoryService] = []
+
+    def make(**settings) -> MemoryService:
+        llm.responder = learn
+        defaults = {"storage": db_url, "debounce_seconds": 0.3, "sweep_interval_seconds": 30}
+        service = MemoryService(llm_config(llm, **(defaults | settings)))
+        made.append(service)
+        return service
+
+    yield make
+    for service in made:
+        service.close(timeout=10)
+
+
+def wait_for(condition, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def facts_of(service: MemoryService, user: str, agent: str | None = "coder") -> list[str]:
+    return sorted(f.content for f in service.storage.load(user_id=user, agent_name=agent).facts)
+
+
+def test_five_conversations_in_the_window_make_one_llm_call(make_service, llm, scope):
+    service = make_service(debounce_seconds=0.6, max_debounce_seconds=30)
+    user = scope["user_id"]
+    for n, thing in enumerate(["tea", "coffee", "juice", "water", "milk"]):
+        extra = ". No, that's wrong" if n == 1 else ""
+        assert service.after_agent(
+            chat(thing, extra=extra), thread_id="t1", user_id=user, agent_name="coder"
+        )
+    assert service.status()["pending"] == 1
+    assert wait_for(lambda: service.status()["pending"] == 0)
+    assert len(llm.requests) == 1
+    (seen,) = conversations_seen(llm)
+    assert "milk" in seen and "tea" not in seen
+    assert "<mode>correction</mode>" in llm.requests[0]["messages"][-1]["content"]
+    assert facts_of(service, user) == ["Likes milk"]
+    block = service.memory_context(user_id=user, agent_name="coder")
+    assert "<user_memory>" in block and "Likes milk" in block and "<current_date>" in block
+
+
+def test_two_keys_never_wait_on_each_other(make_service, llm, scope):
+    service = make_service(debounce_seconds=0.5, max_debounce_seconds=60)
+    user = scope["user_id"]
+    service.after_agent(chat("quiet"), thread_id="quiet", user_id=user, agent_name="coder")
+    started = time.monotonic()
+    done_at = None
+    while time.monotonic() - started < 3.0:
+        service.after_agent(chat("busy"), thread_id="busy", user_id=user, agent_name="coder")
+        if done_at is None and "Likes quiet" in facts_of(service, user):
+            done_at = time.monotonic() - started
+        time.sleep(0.1)
+    assert done_at is not None and done_at < 2.0, done_at
+    assert "Likes busy" not in facts_of(service, user)  # still debounced by its own traffic
+
+
+def test_a_busy_key_is_still_updated_by_the_maximum_wait(make_service, llm, scope):
+    service = make_service(debounce_seconds=1.0, max_debounce_seconds=2.0)
+    user = scope["user_id"]
+    started = time.monotonic()
+    first_update = None
+    n = 0
+    while time.monotonic() - started < 4.5:
+        service.after_agent(chat(f"drink{n}"), thread_id="t", user_id=user, agent_name="coder")
+        n += 1
+        if first_update is None and llm.requests:
+            first_update = time.monotonic() - started
+        time.sleep(0.3)
+    assert first_update is not None
+    assert 1.8 <= first_update <= 3.2, first_update
+
+
+def test_a_conversation_arriving_during_its_update_runs_next(make_service, llm, scope):
+    service = make_service(debounce_seconds=0.0)
+    user = scope["user_id"]
+    release = threading.Event()
+    entered = threading.Event()
+
+    def slow_then_learn(body: dict) -> str:
+        if not entered.is_set():
+            entered.set()
+            release.wait(10)
+        return learn(body)
+
+    llm.responder = slow_then_learn
+    service.after_agent(chat("tea"), thread_id="t1", user_id=user, agent_name="coder")
+    assert entered.wait(10)
+    service.after_agent(chat("tea", "cake"), thread_id="t1", user_id=user, agent_name="coder")
+    release.set()
+    assert service.flush(timeout=10)
+    assert len(llm.requests) == 2
+    assert "cake" in conversations_seen(llm)[1]
+    assert facts_of(service, user) == ["Likes cake", "Likes tea"]
+
+
+def test_flush_runs_everything_pending_now(make_service, llm, scope):
+    service = make_service(debounce_seconds=60, max_debounce_seconds=600)
+    user = scope["user_id"]
+    for n in range(5):
+        service.after_agent(chat(f"x{n}"), thread_id=f"t{n}", user_id=user, agent_name="coder")
+    assert service.status()["pending"] == 5
+    assert service.flush(timeout=15)
+    assert service.status()["pending"] == 0
+    assert facts_of(service, user) == [f"Likes x{n}" for n in range(5)]
+
+
+def test_before_summarization_is_due_at_once(make_service, llm, scope):
+    service = make_service(debounce_seconds=60, max_debounce_seconds=600)
+    user = scope["user_id"]
+    service.after_agent(chat("later"), thread_id="t1", user_id=user, agent_name="coder")
+    assert service.before_summarization(
+        chat("now"), thread_id="t1", user_id=user, agent_name="coder"
+    )
+    assert wait_for(lambda: facts_of(service, user) == ["Likes now"])
+    assert service.status()["pending"] == 1  # the debounced turn still waits
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        None,
+        42,
+        "just a string",
+        [{"role": "wizard", "content": "hi"}],
+        [{"role": "user", "content": {"nested": "dict"}}],
+        [object()],
+    ],
+    ids=["none", "int", "string", "bad-role", "bad-content", "object"],
+)
+def test_after_agent_with_garbage_returns_normally_and_logs(make_service, scope, caplog, messages):
+    service = make_service()
+    with caplog.at_level(logging.WARNING, logger="memory_sql.service"):
+        assert service.after_agent(messages, thread_id="t1", **scope) is False
+    assert service.status()["problems"] == 1
+    assert "cannot queue thread 't1'" in caplog.text
+    assert service.status()["pending"] == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        ({"thread_id": "t1", "user_id": "../etc"}, "user_id"),
+        ({"thread_id": "", "user_id": "u"}, "thread_id"),
+        ({"thread_id": "t1", "user_id": "u", "agent_name": "bad name"}, "agent_name"),
+    ],
+)
+def test_after_agent_with_bad_names_logs_the_field(make_service, caplog, args, field):
+    service = make_service()
+    with caplog.at_level(logging.WARNING, logger="memory_sql.service"):
+        assert service.after_agent(chat("tea"), **args) is False
+    assert f"invalid {field}" in caplog.text
+
+
+def test_too_little_dialogue_is_not_queued(make_service, scope):
+    service = make_service()
+    assert (
+        service.after_agent([{"role": "user", "content": "hi"}], thread_id="t1", **scope) is False
+    )
+    assert (
+        service.after_agent(
+            chat("ok")[:1] + [{"role": "assistant", "content": "ok"}], thread_id="t2", **scope
+        )
+        is True
+    )
+    assert service.status() | {"problems": 0} == service.status()
+
+
+def test_the_llm_down_leaves_the_conversation_queued_with_its_error(db_url, scope, caplog):
+    config = llm_config_unreachable(db_url)
+    service = MemoryService(config)
+    try:
+        with caplog.at_level(logging.WARNING):
+            assert service.after_agent(chat("tea"), thread_id="t1", **scope)
+            assert wait_for(lambda: service.status()["failed_runs"] >= 1)
+        assert service.status()["pending"] == 1
+        engine = create_engine(db_url)
+        with engine.connect() as conn:
+            error = conn.execute(sa.select(pending.c.last_error)).scalar()
+        engine.dispose()
+        assert "127.0.0.1:9" in error or "connect" in error.lower()
+        assert service.memory_context(**scope) == ""
+    finally:
+        service.close(timeout=5)
+
+
+def llm_config_unreachable(db_url: str):
+    from memory_sql import MemoryConfig
+
+    return MemoryConfig(
+        storage=db_url,
+        model_name="test-model",
+        llm_base_url="http://127.0.0.1:9/v1",
+        llm_api_key="sk-test",
+        llm_timeout_seconds=1,
+        llm_max_retries=0,
+        debounce_seconds=0,
+        retry_backoff_seconds=60,
+    )
+
+
+def test_disabled_memory_does_nothing(make_service, llm, scope):
+    service = make_service(enabled=False)
+    assert service.after_agent(chat("tea"), thread_id="t1", **scope) is False
+    assert service.memory_context(**scope) == ""
+    assert service.status()["pending"] == 0
+
+
+def test_close_leaves_pending_work_for_the_next_start(db_url, llm, scope):
+    llm.responder = learn
+    config = llm_config(llm, storage=db_url, debounce_seconds=60, max_debounce_seconds=600)
+    first = MemoryService(config)
+    first.after_agent(chat("tea"), thread_id="t1", **scope)
+    assert first.close(timeout=5)
+    assert llm.requests == []
+    second = MemoryService(config)
+    try:
+        assert second.status()["pending"] == 1
+        assert second.flush(timeout=10)
+        assert facts_of(second, scope["user_id"]) == ["Likes tea"]
+    finally:
+        second.close()
+
+
+@pytest.mark.postgres
+def test_the_database_going_away_never_reaches_the_agent(new_pg_database, llm, scope, caplog):
+    from memory_sql import migrations
+
+    url = new_pg_database()
+    engine = create_engine(url)
+    migrations.upgrade(engine)
+    engine.dispose()
+    llm.responder = learn
+    service = MemoryService(llm_config(llm, storage=url.render_as_string(hide_password=False)))
+    try:
+        admin = sa.create_engine(url.set(database="postgres"), isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE "{url.database}" WITH (FORCE)'))
+        admin.dispose()
+        with caplog.at_level(logging.WARNING, logger="memory_sql.service"):
+            assert service.after_agent(chat("tea"), thread_id="t1", **scope) is False
+            assert service.memory_context(**scope) == ""
+        assert "cannot queue thread" in caplog.text
+        assert "cannot read the memory" in caplog.text
+    finally:
+        service.close(timeout=5)
