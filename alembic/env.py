@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging.config
 
 from alembic import context
+
 from memory_sql.database import create_engine
 from memory_sql.schema import metadata
 
