@@ -47,3 +47,33 @@ def run_memory_update(target, scope, settings, thread_id, text, start, results) 
         updater.close()
         store.close()
     results.put((thread_id, asdict(result)))
+
+
+def run_service_until_idle(url, llm_base_url, settings, results, timeout=60.0) -> None:
+    """A MemoryService in its own process: work until the queue is empty, then report
+    ``(pid, status)`` and exit. Killing it mid-way is what the crash tests do."""
+    import os
+    import time
+
+    from memory_sql import MemoryConfig
+    from memory_sql.service import MemoryService
+
+    config = MemoryConfig(
+        storage=url,
+        model_name="test-model",
+        llm_base_url=llm_base_url,
+        llm_api_key="sk-test",
+        llm_max_retries=0,
+        **settings,
+    )
+    service = MemoryService(config)
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            status = service.status()
+            if status["pending"] == 0:
+                break
+            time.sleep(0.05)
+    finally:
+        service.close(timeout=10)
+    results.put((os.getpid(), status))
