@@ -11,20 +11,23 @@ Where values come from, the first that has one winning:
 4. the defaults below.
 
 Environment variables are read only by :meth:`~MemoryConfig.from_yaml` and
-:meth:`~MemoryConfig.from_env`; ``MemoryConfig(...)`` takes exactly what it is given. Unknown
-``MEMORY_SQL_*`` variables are logged and ignored (other tools share the prefix;
-``MEMORY_SQL_CONFIG`` and ``MEMORY_SQL_TEST_*`` silently), but an unknown key in YAML or in
-``MemoryConfig(...)`` is an error. Every invalid value raises
-:class:`~memory_sql.errors.ConfigError` naming the key, where it came from and what is allowed.
-The API key is a ``SecretStr`` and the password of a storage URL is masked in ``repr`` and in
-error messages; log :meth:`redacted`.
+:meth:`~MemoryConfig.from_env`; ``MemoryConfig(...)`` takes exactly what it is given. An
+unknown key is an error wherever it comes from: in YAML, in ``MemoryConfig(...)``, and as a
+``MEMORY_SQL_<KEY>`` variable (a misspelt variable would otherwise silently do nothing), with a
+did-you-mean hint. Aliases count as keys (``MEMORY_SQL_DATABASE_URL`` sets ``storage``). Only
+``MEMORY_SQL_CONFIG`` (the path of the config file, for the host to read) and
+``MEMORY_SQL_TEST_*`` (test settings) are not config keys, and are left alone. Every invalid
+value raises :class:`~memory_sql.errors.ConfigError` naming the key, where it came from and
+what is allowed.
+The API key is a ``SecretStr``, and the storage and LLM URLs are shown through
+:func:`memory_sql.database.redacted` (passwords and key-like query parameters masked) in
+``repr`` and in error messages; log :meth:`redacted`.
 """
 
 from __future__ import annotations
 
 import difflib
 import json
-import logging
 import os
 import re
 from collections.abc import Mapping
@@ -43,11 +46,10 @@ from pydantic import (
     model_validator,
 )
 
+from .database import redacted
 from .errors import ConfigError
 from .models import CATEGORY_PATTERN
 from .pattern_files import load_patterns
-
-logger = logging.getLogger(__name__)
 
 ENV_PREFIX = "MEMORY_SQL_"
 _ENV_IGNORED = re.compile(r"MEMORY_SQL_(?:CONFIG|TEST_\w*)")
@@ -64,8 +66,8 @@ OPENAI_FALLBACKS = {
 }
 _STORAGE_FORM_KEYS = ("use", "url", "path")
 _CLASS_PATH = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*[:.][A-Za-z_]\w*")
-_URL_PASSWORD = re.compile(r"(//[^/@:\s]*:)[^@/\s]*@")
 _SECRET = "**********"
+_URL_FIELDS = ("storage", "llm_base_url")  # shown through database.redacted
 # Where each key's value came from, for error messages of the build in progress.
 _ORIGINS: ContextVar[Mapping[str, str] | None] = ContextVar("memory_sql_origins", default=None)
 
@@ -95,11 +97,6 @@ _OPTIONAL_TEXT_FIELDS = (
 )
 
 
-def mask_url(url: str) -> str:
-    """``url`` with the password of its ``user:password@`` part replaced by ``***``."""
-    return _URL_PASSWORD.sub(r"\1***@", url)
-
-
 class MemoryConfig(BaseModel):
     """Every setting of memory_sql, validated; immutable once built.
 
@@ -109,7 +106,10 @@ class MemoryConfig(BaseModel):
 
     Storage is ``storage``, a database URL (``sqlite:///…``, ``postgresql+psycopg://…``) or a
     folder, also accepted as ``database_url``; the seed's ``storage: {use: "pkg.module:Class"}``
-    form sets ``storage_class`` (with an optional ``url`` or ``path`` next to ``use``).
+    form sets ``storage_class`` (with an optional ``url`` or ``path`` next to ``use``, which
+    sets ``storage``; ``"storage" in config.model_fields_set`` tells whether one was given).
+    ``storage_class`` is kept as ``"package.module:Class"``; ``"package.module.Class"`` is
+    accepted and rewritten to that form.
 
     Debounce: a key waits ``debounce_seconds`` after its latest conversation, but never more
     than ``max_debounce_seconds`` after its first pending one. The queue: ``workers`` threads
@@ -235,8 +235,7 @@ class MemoryConfig(BaseModel):
             name = var[len(ENV_PREFIX) :].lower()
             field = ALIASES.get(name, name)
             if field not in cls.model_fields:
-                logger.warning("ignoring unknown environment variable %s", var)
-                continue
+                raise _unknown_variable(var, name)
             if field in overrides:
                 raise ConfigError(f"{var} and another alias of {field!r} are both set", key=field)
             overrides[field] = _parse_env(field, value, var)
@@ -254,15 +253,19 @@ class MemoryConfig(BaseModel):
     # Presentation ------------------------------------------------------------------------
 
     def redacted(self) -> dict[str, Any]:
-        """All settings as JSON-ready values, safe to log: no API key, no URL password."""
+        """All settings as JSON-ready values, safe to log: no API key, and the storage and LLM
+        URLs through :func:`~memory_sql.database.redacted` (no password, no key-like query
+        parameter)."""
         data = self.model_dump(mode="json")
         data["llm_api_key"] = _SECRET if self.llm_api_key is not None else None
-        data["storage"] = mask_url(self.storage)
+        for name in _URL_FIELDS:
+            if data[name] is not None:
+                data[name] = redacted(data[name])
         return data
 
     def __repr_args__(self) -> Any:
         for name, value in super().__repr_args__():
-            yield name, mask_url(value) if name == "storage" else value
+            yield name, redacted(value) if name in _URL_FIELDS and value is not None else value
 
     # Validation --------------------------------------------------------------------------
 
@@ -343,15 +346,20 @@ class MemoryConfig(BaseModel):
     @field_validator("storage_class")
     @classmethod
     def _storage_class(cls, value: str | None) -> str | None:
-        if value is not None and not _CLASS_PATH.fullmatch(value):
+        if value is None:
+            return None
+        if not _CLASS_PATH.fullmatch(value):
             raise ValueError(f"{value!r} is not a class path like 'package.module:Class'")
+        if ":" not in value:  # package.module.Class
+            module, _, name = value.rpartition(".")
+            value = f"{module}:{name}"
         return value
 
     @field_validator("llm_base_url")
     @classmethod
     def _base_url(cls, value: str | None) -> str | None:
         if value is not None and not re.match(r"https?://[^\s/]+", value):
-            raise ValueError(f"{value!r} is not an http:// or https:// URL")
+            raise ValueError(f"{redacted(value)!r} is not an http:// or https:// URL")
         return value
 
     @field_validator("tiktoken_encoding_file")
@@ -376,6 +384,22 @@ class MemoryConfig(BaseModel):
                 f"debounce_seconds ({self.debounce_seconds:g})"
             )
         return self
+
+
+def _unknown_variable(var: str, name: str) -> ConfigError:
+    keys = [*MemoryConfig.model_fields, *ALIASES]
+    close = difflib.get_close_matches(name, keys, n=1)
+    if close:
+        hint = f" (did you mean {ENV_PREFIX}{close[0].upper()}?)"
+    else:
+        hint = "; known: " + ", ".join(
+            ENV_PREFIX + key.upper() for key in MemoryConfig.model_fields
+        )
+    return ConfigError(
+        f"unknown environment variable {var}{hint}; {ENV_PREFIX}<KEY> variables set config keys "
+        f"({ENV_PREFIX}CONFIG and {ENV_PREFIX}TEST_* excepted)",
+        key=name,
+    )
 
 
 def _alias_given(field: str, data: Mapping[str, Any]) -> bool:
@@ -424,7 +448,7 @@ def _show(key: str, value: Any) -> str:
     if key == "llm_api_key":
         return _SECRET
     if isinstance(value, str):
-        value = mask_url(value)
+        value = redacted(value)
     shown = repr(value)
     return shown if len(shown) <= 60 else shown[:57] + "..."
 

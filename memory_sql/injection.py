@@ -25,17 +25,22 @@ Budgets, counted with one :class:`~memory_sql.tokens.TokenCounter`:
 - A fact line costs ``tokens("\\n" + line)``; the head (user context and history) costs
   ``tokens(head)``, and the facts header ``tokens("\\n\\nFacts:")`` (``tokens("Facts:")``
   without a head).
-- Facts of a guaranteed category are taken first, highest confidence first (ties keep their
-  stored order), while their costs fit in ``guaranteed_token_budget``. The other facts, in the
-  same order, fill ``max_tokens − head − header``. A fact that does not fit is skipped and the
-  next ones are still tried, so one long fact cannot starve all the shorter ones (DeerFlow stops
-  at the first line that does not fit). A fact that fits exactly is kept.
-- The text without the guaranteed lines (head, header, regular lines) is then counted as a
-  whole and must come to at most ``max_tokens``; the guaranteed lines add at most
-  ``guaranteed_token_budget`` on top. When the head is too long for that, it is cut to the
-  longest prefix that fits and :data:`TRUNCATION_MARKER` is appended; the facts block is never
-  cut. (Only if ``max_tokens`` is smaller than the header itself are regular facts then dropped,
-  lowest confidence first; guaranteed facts always stay.)
+- Facts of a guaranteed category go first, highest confidence first (ties keep their stored
+  order), while their costs fit in ``guaranteed_token_budget``; call the sum of the costs of
+  the guaranteed lines shown ``G``.
+- The other facts, in the same order, fill what is left of ``max_tokens``:
+  ``max_tokens − tokens(head) − tokens(header) − G``. In both groups a fact that does not fit is
+  skipped and the next ones are still tried, so one long fact cannot starve all the shorter
+  ones (DeerFlow stops at the first line that does not fit); a fact that fits exactly is kept.
+- So when any regular fact is shown, the whole text fits ``max_tokens``. Counts of pieces need
+  not add up to the count of their text, so the text without the guaranteed lines is also
+  counted as a whole and must come to at most ``max_tokens − G`` (else regular facts are
+  dropped, lowest confidence first).
+- The whole text, counted as a whole, must come to at most ``max_tokens + G``: it may exceed
+  ``max_tokens`` only by the guaranteed lines. When the head is too long for that, it is cut to
+  the longest prefix that fits and :data:`TRUNCATION_MARKER` is appended; the facts block is
+  never cut. (Should ``max_tokens`` be smaller than the header itself, the header and the
+  guaranteed lines are shown all the same: guaranteed facts always stay.)
 
 Counts of fact lines, heads and results are kept in a process-wide :class:`TokenCountCache`, so
 formatting an unchanged 200-fact memory again does not tokenise it again.
@@ -225,16 +230,24 @@ class _Formatter:
         pools: tuple[list[tuple[str, int]], list[tuple[str, int]]] = ([], [])
         for fact, line in zip(by_confidence, self._fact_lines(by_confidence), strict=True):
             pools[fact.category in guaranteed].append(line)
-        kept = _fill(pools[True], guaranteed_budget)
+        kept, used = _fill(pools[True], guaranteed_budget)
         header = "\n\n" + FACTS_HEADER if head else FACTS_HEADER
-        regular = _fill(pools[False], max_tokens - self.tokens(head) - self.tokens(header))
-        # Everything but the guaranteed lines must count at most max_tokens: check the real text.
+        regular, _ = _fill(
+            pools[False], max_tokens - self.tokens(head) - self.tokens(header) - used
+        )
+        # Counts of pieces need not add up to the count of their text: check the real text.
+        limit = max_tokens + used  # only the guaranteed lines may go beyond max_tokens
         while True:
-            tail = FACTS_HEADER + "".join(regular) if kept or regular else ""
-            if self.tokens(_join(head, tail)) <= max_tokens:
+            if regular and self.tokens(_join(head, FACTS_HEADER + "".join(regular))) > (
+                max_tokens - used
+            ):
+                regular.pop()
+                continue
+            tail = FACTS_HEADER + "".join(kept + regular) if kept or regular else ""
+            if self.tokens(_join(head, tail)) <= limit:
                 break
             if head:
-                head = self._cut_head(head, tail, max_tokens)
+                head = self._cut_head(head, tail, limit)
             elif regular:
                 regular.pop()
             else:
@@ -286,14 +299,16 @@ class _Formatter:
         return best
 
 
-def _fill(lines: Iterable[tuple[str, int]], budget: int) -> list[str]:
+def _fill(lines: Iterable[tuple[str, int]], budget: int) -> tuple[list[str], int]:
+    """The lines, in order, whose costs fit in ``budget`` (skipping any that does not), and
+    the sum of their costs."""
     kept: list[str] = []
     used = 0
     for line, cost in lines:
         if used + cost <= budget:
             kept.append(line)
             used += cost
-    return kept
+    return kept, used
 
 
 def _section_block(title: str, group: Any, labels: Sequence[tuple[str, str]]) -> str:

@@ -21,6 +21,7 @@ once per process.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import threading
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -109,9 +110,15 @@ _announced: set[str] = set()
 
 
 def make_token_counter(
-    token_counting: bool = True, encoding_file: str | None = None
+    token_counting: bool = True, encoding_file: str | os.PathLike[str] | None = None
 ) -> TokenCounter:
-    """The counter for these settings: see the module docstring. Never raises."""
+    """The counter for these settings: see the module docstring. Never raises.
+
+    ``encoding_file`` is a path, as text or a path object (``MemoryConfig``'s
+    ``tiktoken_encoding_file`` is a :class:`~pathlib.Path`).
+    """
+    if encoding_file is not None:
+        encoding_file = os.fspath(encoding_file)
     if not token_counting:
         _announce("off", logging.INFO, "token counting: CJK-aware estimate (token_counting is off)")
         return _ESTIMATE

@@ -142,7 +142,7 @@ def apply_update(
             skipped.append((proposed.content, "low confidence"))
         elif key in keys:
             skipped.append((proposed.content, "duplicate"))
-        elif _mentions_upload(proposed.content):
+        elif mentions_upload(proposed.content):
             skipped.append((proposed.content, "upload"))
         else:
             keys.add(key)
@@ -187,13 +187,6 @@ def apply_update(
 _key = lru_cache(maxsize=16_384)(fact_key)
 
 
-def _mentions_upload(text: str) -> bool:
-    # Every match of UPLOAD_MENTION contains "upload" or 上传: test that first, it is much
-    # cheaper than the pattern and is false for nearly every fact.
-    folded = text.casefold()
-    return ("upload" in folded or "上传" in text) and mentions_upload(text)
-
-
 def _update_sections(doc: MemoryDocument, proposed: dict[str, str], now: datetime) -> list[str]:
     updated = []
     for name, summary in proposed.items():
@@ -220,8 +213,8 @@ def _evict(doc: MemoryDocument, max_facts: int, guaranteed: frozenset[str]) -> l
 def _scrub_uploads(doc: MemoryDocument) -> tuple[MemoryDocument, list[str], list[str]]:
     """``doc`` without upload mentions, the sections that lost some, and the facts dropped."""
     sections = doc.sections()
-    dirty = [name for name, section in sections.items() if _mentions_upload(section.summary)]
-    facts = [fact.id for fact in doc.facts if _mentions_upload(fact.content)]
+    dirty = [name for name, section in sections.items() if mentions_upload(section.summary)]
+    facts = [fact.id for fact in doc.facts if mentions_upload(fact.content)]
     if not dirty and not facts:
         return doc, [], []
     scrubbed = strip_upload_mentions(doc)

@@ -201,13 +201,76 @@ def test_unknown_keys_are_refused(tmp_path: Path, text: str, fragment: str) -> N
     assert fragment in str(info.value)
 
 
-def test_unknown_env_variable_is_logged_and_ignored(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="memory_sql.config"):
-        config = MemoryConfig.from_env({"MEMORY_SQL_MAX_FACTZ": "10", "MEMORY_SQL_CONFIG": "x"})
-    assert config == MemoryConfig()
-    assert [r.getMessage() for r in caplog.records] == [
-        "ignoring unknown environment variable MEMORY_SQL_MAX_FACTZ"
-    ]
+@pytest.mark.parametrize(
+    ("var", "fragment"),
+    [
+        ("MEMORY_SQL_MAX_FACTZ", "(did you mean MEMORY_SQL_MAX_FACTS?)"),
+        ("MEMORY_SQL_DATABASE_ULR", "(did you mean MEMORY_SQL_DATABASE_URL?)"),
+        ("MEMORY_SQL_COLOUR", "known: MEMORY_SQL_ENABLED, MEMORY_SQL_DEBOUNCE_SECONDS"),
+    ],
+)
+def test_unknown_env_variable_is_refused(
+    tmp_path: Path, var: str, fragment: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        MemoryConfig.from_env({var: "10"})
+    assert f"unknown environment variable {var}" in str(info.value)
+    assert fragment in str(info.value)
+    with pytest.raises(ConfigError, match=f"unknown environment variable {var}"):
+        MemoryConfig.from_yaml(write(tmp_path, "memory:\n  max_facts: 20\n"), env={var: "x"})
+
+
+def test_non_config_env_variables_are_left_alone(caplog: pytest.LogCaptureFixture) -> None:
+    env = {
+        "MEMORY_SQL_CONFIG": "/etc/app/config.yaml",
+        "MEMORY_SQL_TEST_PG_URL": "postgresql://elsewhere",
+        "MEMORY_SQL_TEST_": "",
+        "MEMORY_SQLITE": "not our prefix",
+        "OTHER_MEMORY_SQL_X": "1",
+    }
+    with caplog.at_level(logging.WARNING, logger="memory_sql"):
+        assert MemoryConfig.from_env(env) == MemoryConfig()
+    assert not caplog.records
+    aliased = MemoryConfig.from_env(
+        {
+            "MEMORY_SQL_DATABASE_URL": "sqlite:///b.db",
+            "MEMORY_SQL_MAX_INJECTION_TOKENS": "900",
+            "MEMORY_SQL_FACT_CONFIDENCE_THRESHOLD": "0.8",
+        }
+    )
+    assert aliased.storage == "sqlite:///b.db"
+    assert aliased.injected_memory_max_tokens == 900
+    assert aliased.min_confidence == 0.8
+
+
+@pytest.mark.parametrize(
+    ("use", "expected"),
+    [
+        ("my_app.storage:RedisStorage", "my_app.storage:RedisStorage"),
+        ("my_app.storage.RedisStorage", "my_app.storage:RedisStorage"),
+        ("  store.Backend ", "store:Backend"),
+    ],
+)
+def test_storage_use_is_normalised_to_module_colon_class(
+    tmp_path: Path, use: str, expected: str
+) -> None:
+    path = write(tmp_path, f"memory:\n  storage:\n    use: '{use}'\n    path: /srv/memory\n")
+    config = MemoryConfig.from_yaml(path, env={})
+    assert config.storage_class == expected
+    assert config.storage == "/srv/memory"
+    assert "storage" in config.model_fields_set
+    assert MemoryConfig(storage_class=use).storage_class == expected
+    assert MemoryConfig.from_env({"MEMORY_SQL_STORAGE_CLASS": use}).storage_class == expected
+    # Without url or path, storage keeps its default and is not among the fields set.
+    bare = MemoryConfig(storage={"use": use})
+    assert bare.storage_class == expected
+    assert "storage" not in bare.model_fields_set
+
+
+@pytest.mark.parametrize("use", ["RedisStorage", "my_app:", "my_app.storage:Redis.Storage", "a..b"])
+def test_storage_use_must_be_a_class_path(use: str) -> None:
+    with pytest.raises(ConfigError, match="is not a class path like 'package.module:Class'"):
+        MemoryConfig(storage={"use": use})
 
 
 @pytest.mark.parametrize(
@@ -257,6 +320,40 @@ def test_secrets_never_show() -> None:
     with pytest.raises(ValueError) as validated:
         MemoryConfig.model_validate({"llm_api_key": SECRET, "max_facts": 1})
     assert SECRET not in str(validated.value)
+
+
+SECRET_URLS = [
+    # (key, value, what must not show, what is shown instead)
+    ("storage", "postgresql+psycopg://app@h/db?password=s3cret", "s3cret", "?password=***"),
+    ("storage", "postgresql+psycopg://app:pw@h/db?sslpassword=s3cret", "s3cret", "app:***@h"),
+    ("storage", "postgresql://u:p%40ss/w@h/db", "p%40ss", "u:***@h/db"),
+    ("llm_base_url", "https://user:sk-live@proxy/v1", "sk-live", "user:***@proxy"),
+    ("llm_base_url", "https://proxy/v1?api_key=sk-live", "sk-live", "?api_key=***"),
+]
+
+
+@pytest.mark.parametrize(("key", "value", "secret", "shown"), SECRET_URLS)
+def test_secret_parts_of_urls_never_show(key: str, value: str, secret: str, shown: str) -> None:
+    config = MemoryConfig(**{key: value})
+    assert getattr(config, key) == value  # the setting itself is untouched
+    for text in (repr(config), str(config), str(config.redacted())):
+        assert secret not in text
+        assert shown in text
+    assert shown in config.redacted()[key]
+
+
+@pytest.mark.parametrize(("key", "value", "secret", "shown"), SECRET_URLS)
+def test_secret_parts_of_urls_never_show_in_errors(
+    key: str, value: str, secret: str, shown: str
+) -> None:
+    # An invalid value shown in an error message (a URL given for a number, a bad base URL).
+    with pytest.raises(ConfigError) as info:
+        MemoryConfig.from_env({"MEMORY_SQL_WORKERS": value})
+    assert secret not in str(info.value) and shown in str(info.value)
+    with pytest.raises(ConfigError) as info:
+        MemoryConfig(llm_base_url=value.replace("https://", "ftp://").replace("postgresql", "ftp"))
+    assert secret not in str(info.value)
+    assert "is not an http:// or https:// URL" in str(info.value)
 
 
 def test_config_is_immutable() -> None:

@@ -36,22 +36,41 @@ def fact(content: str, confidence: float = 0.8, category: str = "context", **kw)
     return Fact(content=content, confidence=confidence, category=category, **kw)
 
 
-def parts(result: str) -> tuple[str, str]:
-    """(guaranteed part, regular part) of a result: the correction lines and everything else."""
-    guaranteed = "".join(
-        "\n" + line for line in result.split("\n") if line.startswith("- [correction |")
+GUARANTEED = "- [correction |"  # the default guaranteed category
+
+
+def split(result: str) -> tuple[str, list[str], list[str]]:
+    """(head, guaranteed fact lines, regular fact lines) of a result."""
+    lines = result.split("\n")
+    if "Facts:" not in lines:
+        return result, [], []
+    at = lines.index("Facts:")
+    facts = lines[at + 1 :]
+    return (
+        "\n".join(lines[: max(at - 1, 0)]),
+        [line for line in facts if line.startswith(GUARANTEED)],
+        [line for line in facts if not line.startswith(GUARANTEED)],
     )
-    regular = "\n".join(
-        line for line in result.split("\n") if not line.startswith("- [correction |")
-    )
-    return guaranteed, regular
+
+
+def cost(counter: TokenCounter, lines: list[str]) -> int:
+    return sum(counter.count("\n" + line) for line in lines)
 
 
 def assert_within_budgets(result: str, counter: TokenCounter, max_tokens: int, budget: int):
-    guaranteed, regular = parts(result)
-    assert counter.count(guaranteed) <= budget
-    assert counter.count(regular) <= max_tokens
-    assert counter.count(result) <= max_tokens + budget
+    """The budget rules of memory_sql.injection's docstring, checked on a result."""
+    head, guaranteed, regular = split(result)
+    used = cost(counter, guaranteed)
+    assert used <= budget
+    assert counter.count(result) <= max_tokens + used  # only guaranteed lines go beyond
+    if regular:
+        header = "\n\nFacts:" if head else "Facts:"
+        assert cost(counter, regular) <= (
+            max_tokens - used - counter.count(head) - counter.count(header)
+        )
+        without_guaranteed = "\n\n".join(filter(None, [head, "\n".join(["Facts:", *regular])]))
+        assert counter.count(without_guaranteed) <= max_tokens - used
+        assert counter.count(result) <= max_tokens
 
 
 def test_empty_memory_gives_nothing():
@@ -122,30 +141,36 @@ def test_guaranteed_budget_is_exact_at_the_edge(counter):
     assert short == f"Facts:\n{first}"
 
 
-def test_regular_budget_is_exact_at_the_edge(counter):
+@pytest.mark.parametrize("with_guaranteed", [False, True], ids=["alone", "after guaranteed"])
+def test_regular_budget_is_exact_at_the_edge(counter, with_guaranteed):
     head = "User Context:\n- Work: Maintains a Rust compiler plugin"
+    guaranteed = ["- [correction | 0.60] Tests run with cargo nextest (avoid: cargo test)"]
     lines = [
         "- [preference | 0.95] Likes property-based tests",
         "- [goal | 0.90] 想在年底前发布 1.0 版本",
         "- [context | 0.75] Uses Neovim with a custom Lua config",
     ]
-    memory = doc(
+    facts = [
         fact("Likes property-based tests", 0.95, "preference"),
         fact("想在年底前发布 1.0 版本", 0.9, "goal"),
         fact("Uses Neovim with a custom Lua config", 0.75),
-        work_context="Maintains a Rust compiler plugin",
-    )
-    exact = (
-        counter.count(head)
-        + counter.count("\n\nFacts:")
-        + sum(counter.count("\n" + line) for line in lines)
-    )
+    ]
+    if with_guaranteed:
+        facts.append(
+            fact("Tests run with cargo nextest", 0.6, "correction", source_error="cargo test")
+        )
+    else:
+        guaranteed = []
+    memory = doc(*facts, work_context="Maintains a Rust compiler plugin")
+    # The guaranteed lines' cost comes out of max_tokens when regular facts are shown.
+    exact = counter.count(head) + counter.count("\n\nFacts:") + cost(counter, guaranteed + lines)
     full = format_memory_for_injection(memory, max_tokens=exact, counter=counter)
-    assert full == head + "\n\nFacts:\n" + "\n".join(lines)
+    assert full == head + "\n\nFacts:\n" + "\n".join(guaranteed + lines)
     assert counter.count(full) <= exact
 
     less = format_memory_for_injection(memory, max_tokens=exact - 1, counter=counter)
-    assert less == head + "\n\nFacts:\n" + "\n".join(lines[:2])
+    assert less == head + "\n\nFacts:\n" + "\n".join(guaranteed + lines[:2])
+    assert_within_budgets(less, counter, exact - 1, 500)
 
 
 def test_a_fact_too_long_for_the_budget_does_not_starve_the_others(counter):
@@ -162,12 +187,45 @@ def test_guaranteed_facts_survive_when_regular_facts_fill_the_budget(counter):
     ]
     memory = doc(*regular, *corrections, work_context="Platform engineer")
     result = format_memory_for_injection(memory, max_tokens=300, counter=counter)
-    guaranteed, _ = parts(result)
-    assert guaranteed.count("\n- [correction | 0.50]") == 3
+    _, guaranteed, _ = split(result)
+    assert len(guaranteed) == 3 and all("[correction | 0.50]" in line for line in guaranteed)
     assert "- [context | 0.99]" in result
     assert_within_budgets(result, counter, 300, 500)
     # The budget was what stopped the regular facts, not the number of facts.
     assert result.count("- [context") < 200
+
+
+@pytest.mark.parametrize(("max_tokens", "budget"), [(300, 200), (2000, 500), (150, 100)])
+def test_guaranteed_lines_come_out_of_max_tokens_when_regular_facts_are_shown(
+    counter, max_tokens, budget
+):
+    corrections = [
+        fact(f"Correction {i}: deploy with pnpm, never with yarn or npm", 0.9, "correction")
+        for i in range(40)
+    ]
+    regular = [fact(f"Regular fact {i} about the user's editor setup", 0.8) for i in range(200)]
+    memory = doc(*corrections, *regular, work_context="Platform engineer at a bank")
+    result = format_memory_for_injection(
+        memory, max_tokens=max_tokens, guaranteed_token_budget=budget, counter=counter
+    )
+    head, guaranteed, shown = split(result)
+    assert guaranteed and shown
+    assert budget - 30 <= cost(counter, guaranteed) <= budget  # the guaranteed budget is used
+    assert counter.count(result) <= max_tokens  # and it is part of max_tokens, not on top
+    assert_within_budgets(result, counter, max_tokens, budget)
+
+
+def test_the_whole_exceeds_max_tokens_only_by_guaranteed_lines(counter):
+    corrections = [fact(f"Correction {i}: use UTC everywhere", 0.9, "correction") for i in range(8)]
+    memory = doc(*corrections, fact("Likes tea", 0.99), work_context="Engineer. " * 12)
+    result = format_memory_for_injection(
+        memory, max_tokens=40, guaranteed_token_budget=200, counter=counter
+    )
+    head, guaranteed, regular = split(result)
+    assert len(guaranteed) == 8 and not regular
+    assert counter.count(result) > 40
+    assert counter.count(result) <= 40 + cost(counter, guaranteed)
+    assert_within_budgets(result, counter, 40, 200)
 
 
 def test_the_facts_block_survives_when_the_head_is_cut(counter):
@@ -194,7 +252,7 @@ def test_the_facts_block_survives_when_the_head_is_cut(counter):
     kept = head[: -len(TRUNCATION_MARKER)]
     assert len(kept) > 100
     longer = result.replace(kept, kept + " and more" * 5)
-    assert counter.count(parts(longer)[1]) > 200
+    assert counter.count(longer) > 200 + cost(counter, split(result)[1])
 
 
 def test_a_head_too_long_without_facts_is_cut_to_max_tokens(counter):

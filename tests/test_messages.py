@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,8 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memory_sql.errors import InvalidMessageError
-from memory_sql.intake import filter_messages_for_memory, has_minimum_dialogue
+from memory_sql.intake import filter_messages_for_memory, has_minimum_dialogue, is_trivial
 from memory_sql.messages import Message, normalize_message, normalize_messages
+from memory_sql.pattern_files import load_patterns
 from memory_sql.signals import detect_correction, detect_reinforcement, detect_signals
 
 
@@ -422,3 +424,65 @@ def test_arbitrary_input_returns_or_raises_invalid_message(messages: Any) -> Non
         signals.correction,
         signals.reinforcement,
     )
+
+
+# Hostile input -------------------------------------------------------------------------
+
+TURN = 180_000  # six user turns (the signal window) of this size make about 1 MB
+# Each turn is shaped to make a backtracking pattern rescan the rest of its text.
+HOSTILE_TURNS = [
+    "<uploaded_files>" * (TURN // 16),
+    "<current_uploads>x" * (TURN // 18),
+    "<uploaded_files><current_uploads>" * (TURN // 33) + "</current_uploads>",
+    "yes" + " " * TURN + "x",
+    "ok" + " ," * (TURN // 2) + "x",
+    "." * TURN,
+    "a." * (TURN // 2),
+    ("upload" + " " * 100) * (TURN // 106),
+    "that's not " * (TURN // 11),
+    "not quite " * (TURN // 10),
+    "perfect" + " " * TURN,
+    "对" + " " * TURN + "就",
+    "不是" * (TURN // 2),
+    "对，" * (TURN // 2),
+]
+
+
+def hostile_conversations() -> list[list[dict[str, Any]]]:
+    """The turns, six to a conversation, each answered by the assistant."""
+    turns = HOSTILE_TURNS
+    return [
+        [message for text in turns[i : i + 6] for message in (user(text), bot("r"))]
+        for i in range(0, len(turns), 6)
+    ]
+
+
+def _time(function: Any, *args: Any) -> float:
+    # CPU time, not wall time: other processes on a busy machine must not fail the test.
+    start = time.process_time()
+    function(*args)
+    return time.process_time() - start
+
+
+@pytest.mark.parametrize(
+    "function",
+    [
+        normalize_messages,
+        filter_messages_for_memory,
+        lambda messages: has_minimum_dialogue(filter_messages_for_memory(messages)),
+        detect_signals,
+        detect_correction,
+        detect_reinforcement,
+    ],
+    ids=lambda f: f.__name__.replace("<lambda>", "has_minimum_dialogue"),
+)
+def test_intake_is_linear_on_hostile_text(function: Any) -> None:
+    # A guard against quadratic blow-up (minutes at this size), not a benchmark.
+    for messages in hostile_conversations():
+        assert _time(function, messages) < 2.0
+
+
+def test_is_trivial_is_linear_on_hostile_text() -> None:
+    trivial = load_patterns().trivial
+    for text in HOSTILE_TURNS:
+        assert _time(is_trivial, text * 5, trivial) < 2.0

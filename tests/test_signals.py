@@ -45,6 +45,14 @@ SIGNAL_CASES = [
     ("add retry logic to the client", NONE),
     ("the redox reaction was redone", NONE),
     ("entry again in the ledger", NONE),
+    ("No, that's not exactly right", CORRECTION),
+    ("that is not quite correct", CORRECTION),
+    ("That isn't quite right, the port is 8080", CORRECTION),
+    ("That's not what I meant", CORRECTION),
+    ("that is not exactly what I wanted", CORRECTION),
+    ("It's not what I asked", CORRECTION),
+    ("the logo is not quite right-aligned", NONE),
+    ("is that what I wanted?", NONE),
     # Chinese corrections
     ("不对，应该是周五", CORRECTION),
     ("你理解错了我的意思", CORRECTION),
@@ -59,6 +67,10 @@ SIGNAL_CASES = [
     ("这个矩阵不对称", NONE),
     ("这样对不对？", NONE),
     ("加一个自动重试机制", NONE),
+    ("这不是我想要的", CORRECTION),
+    ("但是不是我要的格式", CORRECTION),
+    ("你说的不是这个意思", CORRECTION),
+    ("我不确定这是不是我想要的", NONE),
     # English reinforcement
     ("Yes, exactly!", REINFORCEMENT),
     ("yes that's right", REINFORCEMENT),
@@ -78,6 +90,19 @@ SIGNAL_CASES = [
     ("that's right-aligned in the table", NONE),
     ("I want it to work exactly like grep", NONE),
     ("this is great news for the team", NONE),
+    ("That's really perfect!", REINFORCEMENT),
+    ("Well done.", REINFORCEMENT),
+    # Negated reinforcement does not count.
+    ("Not perfect.", NONE),
+    ("It's far from perfect.", NONE),
+    ("the draft is less than perfect.", NONE),
+    ("It's not quite perfect, but ship it", NONE),
+    ("this isn't exactly correct either", CORRECTION),
+    ("it wasn't exactly right, but close", NONE),
+    ("never exactly right, this tool", NONE),
+    ("Please don't keep doing that.", NONE),
+    ("the steak was not well done", NONE),
+    ("you haven't nailed it", NONE),
     # Chinese reinforcement
     ("对，就是这样！", REINFORCEMENT),
     ("完全正确", REINFORCEMENT),
@@ -90,6 +115,7 @@ SIGNAL_CASES = [
     ("这不完全正确", CORRECTION),
     ("这个很好理解", NONE),
     ("代码没错误", NONE),
+    ("不要继续保持。", NONE),
     # Mixed English and Chinese
     ("这个不对，try again吧", CORRECTION),
     ("请redo一下", CORRECTION),
@@ -193,6 +219,24 @@ def test_joined_patterns_match_like_the_single_ones(text: str) -> None:
     for kind in load_patterns():
         assert kind.search(text) == any(p.search(text) for p in kind.patterns)
         assert kind.fullmatch(text) == any(p.fullmatch(text) for p in kind.patterns)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "No, that's not exactly right",
+        "Not perfect.",
+        "It's far from perfect.",
+        "It isn't perfect!",
+        "That wasn't really spot on",
+        "不要继续保持",
+    ],
+)
+def test_negated_reinforcement_does_not_count_on_its_own(tmp_path: Path, text: str) -> None:
+    # With the correction class switched off, the reinforcement patterns alone must refuse it.
+    (tmp_path / "correction.txt").write_text("", encoding="utf-8")
+    patterns = load_patterns(tmp_path)
+    assert detect_signals(conversation(text), patterns=patterns) == NONE
 
 
 def test_patterns_dir_replaces_bundled_files(tmp_path: Path) -> None:

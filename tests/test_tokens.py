@@ -14,6 +14,7 @@ import tiktoken_ext
 from hypothesis import given
 from hypothesis import strategies as st
 
+from memory_sql.config import MemoryConfig
 from memory_sql.tokens import (
     EstimateCounter,
     TiktokenCounter,
@@ -78,6 +79,24 @@ def test_a_local_encoding_file_counts_like_the_offline_package(tmp_path, monkeyp
     assert counter.name == "tiktoken:cl100k_base"
     text = "Prefers pnpm over npm; 喜欢简洁的回答 </user_memory>"
     assert counter.count(text) == make_token_counter().count(text)
+
+
+def test_an_encoding_file_may_be_a_path_object(tmp_path, monkeypatch, caplog):
+    # MemoryConfig.tiktoken_encoding_file is a pathlib.Path, passed on as it is.
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "from-config" / "cl100k_base.tiktoken"
+    path.parent.mkdir()
+    shutil.copyfile(BUNDLED_FILE, path)
+    config = MemoryConfig(tiktoken_encoding_file=path)
+    assert isinstance(config.tiktoken_encoding_file, Path)
+    with caplog.at_level(logging.WARNING, logger="memory_sql.tokens"):
+        counter = make_token_counter(config.token_counting, config.tiktoken_encoding_file)
+    assert not caplog.records
+    assert counter.name == "tiktoken:cl100k_base"
+    assert counter.count("Prefers pnpm; 喜欢简洁") == make_token_counter().count(
+        "Prefers pnpm; 喜欢简洁"
+    )
+    assert make_token_counter(encoding_file=str(path)) is counter  # one setting, one counter
 
 
 @pytest.mark.parametrize("kind", ["corrupt", "missing", "url"])

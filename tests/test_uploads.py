@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import re
+import time
+from collections.abc import Callable
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memory_sql.models import Fact, MemoryDocument
+from memory_sql.models import MAX_TEXT_CHARS, Fact, MemoryDocument
 from memory_sql.uploads import (
+    UPLOAD_MENTION,
     mentions_upload,
     scrub_upload_sentences,
     strip_upload_blocks,
@@ -28,12 +33,57 @@ BLOCK_CASES = [
         "<uploaded_files>a</current_uploads> mismatched",
     ),
     ("no uploads here <b>bold</b>", "no uploads here <b>bold</b>"),
+    # Blocks do not nest: the first closing tag of the opening tag's kind ends the block.
+    (
+        "<current_uploads><uploaded_files>a</current_uploads>b</uploaded_files>",
+        "b</uploaded_files>",
+    ),
+    ("<UPLOADED_FILES>a</uploaded_files>\n\n\nnext", "next"),
+    # An opening tag without a closing one stays, with the text after it (as in DeerFlow)...
+    ("What does <uploaded_files> do?", "What does <uploaded_files> do?"),
+    ("<uploaded_files>a.pdf\nsummarise it", "<uploaded_files>a.pdf\nsummarise it"),
+    # ...and does not stop the other kind, or an earlier block, from being removed.
+    (
+        "<uploaded_files>x<current_uploads>y</current_uploads>z",
+        "<uploaded_files>xz",
+    ),
+    ("<uploaded_files>a</uploaded_files>keep<uploaded_files>b", "keep<uploaded_files>b"),
+    ("<uploaded_files>" * 3 + "q", "<uploaded_files>" * 3 + "q"),
 ]
 
 
 @pytest.mark.parametrize(("text", "expected"), BLOCK_CASES)
 def test_strip_upload_blocks(text: str, expected: str) -> None:
     assert strip_upload_blocks(text) == expected
+
+
+# DeerFlow's pattern, the reference for what a block is (it is quadratic on unclosed tags).
+DEERFLOW_UPLOAD_BLOCK = re.compile(
+    r"<(?P<tag>uploaded_files|current_uploads)>[\s\S]*?</(?P=tag)>\n*", re.IGNORECASE
+)
+TAG_SOUP = st.lists(
+    st.sampled_from(
+        [
+            "<uploaded_files>",
+            "</uploaded_files>",
+            "<Current_Uploads>",
+            "</current_uploads>",
+            "</CURRENT_UPLOADS>",
+            "<uploaded_files",
+            "<",
+            "\n",
+            " ",
+            "a",
+            "上传",
+        ]
+    ),
+    max_size=30,
+).map("".join)
+
+
+@given(TAG_SOUP)
+def test_strip_upload_blocks_removes_what_deerflow_removes(text: str) -> None:
+    assert strip_upload_blocks(text) == DEERFLOW_UPLOAD_BLOCK.sub("", text).strip()
 
 
 SCRUB_CASES = [
@@ -61,6 +111,64 @@ SCRUB_CASES = [
 @pytest.mark.parametrize(("text", "expected"), SCRUB_CASES)
 def test_scrub_upload_sentences(text: str, expected: str | None) -> None:
     assert scrub_upload_sentences(text) == (text if expected is None else expected)
+
+
+def test_scrub_removes_trailing_spaces_of_kept_lines() -> None:
+    text = "Likes tea. \t \nThe user uploaded a file.  \nUses Vim.   "
+    assert scrub_upload_sentences(text) == "Likes tea.\n\nUses Vim."
+
+
+# The pattern as it was before its runs of spaces and words were made atomic: what it matches
+# must not change.
+_FILES = (
+    r"(?:files?|documents?|attachments?|images?|photos?|pictures?|screenshots?|pdfs?"
+    r"|spreadsheets?)"
+)
+_ZH_FILES = r"(?:文件|文档|附件|图片|照片|截图|表格|pdf)"
+BACKTRACKING_UPLOAD_MENTION = re.compile(
+    rf"\bupload(?:s|ed|ing)?(?:\s+\w+){{0,3}}?\s+{_FILES}\b"
+    rf"|\b{_FILES}(?:\s+\w+){{0,2}}?\s+upload(?:s|ed|ing)?\b"
+    r"|/mnt/user-data/uploads/"
+    r"|<(?:uploaded_files|current_uploads)>"
+    rf"|上传(?:了|的|过)?[^。！？.!?\s]{{0,8}}?{_ZH_FILES}"
+    rf"|{_ZH_FILES}[^。！？.!?\s]{{0,4}}?上传",
+    re.IGNORECASE,
+)
+MENTION_SOUP = st.lists(
+    st.sampled_from(
+        [
+            "upload",
+            "Uploaded",
+            "UPLOADS",
+            "uploading",
+            "file",
+            "files",
+            "PDF",
+            "filesystem",
+            "the",
+            "x_1",
+            " ",
+            "  ",
+            "\t",
+            "\n",
+            ".",
+            "上传",
+            "了",
+            "文件",
+            "。",
+            "/mnt/user-data/uploads/",
+            "<current_uploads>",
+        ]
+    ),
+    max_size=14,
+).map("".join)
+
+
+@given(st.one_of(MENTION_SOUP, st.text(max_size=60)))
+def test_mentions_upload_matches_like_the_backtracking_pattern(text: str) -> None:
+    expected = BACKTRACKING_UPLOAD_MENTION.search(text) is not None
+    assert (UPLOAD_MENTION.search(text) is not None) == expected
+    assert mentions_upload(text) == expected  # the "upload"/上传 pre-check loses nothing
 
 
 @given(st.text(alphabet=st.characters(blacklist_characters="/<"), max_size=200))
@@ -109,3 +217,60 @@ def test_strip_upload_mentions_returns_a_scrubbed_copy() -> None:
 def test_strip_upload_mentions_without_mentions_is_equal() -> None:
     doc = MemoryDocument(facts=[Fact(content="Likes Go")])
     assert strip_upload_mentions(doc) == doc
+
+
+# Hostile input -------------------------------------------------------------------------
+
+MB = 1 << 20
+# About 1 MB each, shaped to make a backtracking pattern rescan the rest of the text.
+ADVERSARIAL = {
+    "unclosed tags": "<uploaded_files>" * (MB // 16),
+    "unclosed tags and text": "<current_uploads>x" * (MB // 18),
+    "nested unclosed tags": "<uploaded_files><current_uploads>" * (MB // 33),
+    "mismatched closers": "<uploaded_files>a</current_uploads>" * (MB // 35),
+    "spaces": "uploaded files. a" + " " * MB + "b",
+    "tabs and spaces": "upload a file. " + " \t" * (MB // 2) + "\nx",
+    "dots": "uploaded files" + "." * MB,
+    "dotted words": "uploaded files " + "a." * (MB // 2),
+    "upload and spaces": ("upload" + " " * 1000) * (MB // 1006),
+    "upload words": "upload " * (MB // 7),
+    "upload then one long word": "upload " + "a" * MB,
+    "files and spaces": ("files" + " " * 100) * (MB // 105),
+    "chinese": "上传了" + "这" * MB,
+    "chinese uploads": "上传" * (MB // 2),
+}
+
+
+def assert_fast(function: Callable[[str], object], text: str) -> None:
+    # A guard against quadratic blow-up (minutes at this size), not a benchmark. CPU time, not
+    # wall time: other processes on a busy machine must not fail the test.
+    start = time.process_time()
+    function(text)
+    assert time.process_time() - start < 2.0
+
+
+@pytest.mark.parametrize("text", ADVERSARIAL.values(), ids=ADVERSARIAL.keys())
+@pytest.mark.parametrize(
+    "function",
+    [strip_upload_blocks, mentions_upload, scrub_upload_sentences],
+    ids=lambda f: f.__name__,
+)
+def test_upload_functions_are_linear_on_hostile_text(
+    function: Callable[[str], object], text: str
+) -> None:
+    assert_fast(function, text)
+
+
+@pytest.mark.parametrize("text", ADVERSARIAL.values(), ids=ADVERSARIAL.keys())
+def test_strip_upload_mentions_is_linear_on_hostile_text(text: str) -> None:
+    # Stored text is at most MAX_TEXT_CHARS long: spread the text over sections and facts.
+    chunks = [text[i : i + MAX_TEXT_CHARS] for i in range(0, len(text), MAX_TEXT_CHARS)]
+    chunks = [chunk for chunk in chunks if chunk.strip()]
+    doc = MemoryDocument(facts=[Fact(content=chunk) for chunk in chunks[6:]])
+    for section, chunk in zip(doc.sections().values(), chunks, strict=False):
+        section.summary = chunk
+
+    def strip(_: str) -> None:
+        strip_upload_mentions(doc)
+
+    assert_fast(strip, text)
