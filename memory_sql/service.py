@@ -32,7 +32,7 @@ from .pattern_files import load_patterns
 from .queue import PendingUpdate, UpdateQueue
 from .scope import Scope, check_thread_id
 from .signals import detect_signals
-from .storage import FileStorage, MemoryStorage, SQLStorage, open_storage
+from .storage import FileStorage, MemoryStorage, SQLStorage, load_storage_class
 from .tokens import make_token_counter
 from .updater import MemoryUpdater
 from .worker import RunOutcome, UpdateWorker
@@ -237,7 +237,10 @@ class MemoryService:
 
     def _open_storage(self) -> MemoryStorage:
         if self.config.storage_class:
-            return open_storage("use:" + self.config.storage_class)
+            # storage: {use: pkg.module:Class, url: …} builds Class(url); without a url, Class().
+            cls = load_storage_class(self.config.storage_class)
+            given = "storage" in self.config.model_fields_set
+            return cls(self.config.storage) if given else cls()
         target = self.config.storage
         if "://" not in target and not target.startswith("sqlite:"):
             return FileStorage(target)

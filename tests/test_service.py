@@ -13,6 +13,7 @@ import pytest
 import sqlalchemy as sa
 from llm_server import llm_config
 
+from memory_sql import MemoryConfig
 from memory_sql.database import create_engine
 from memory_sql.schema import memory_pending_updates as pending
 from memory_sql.service import MemoryService
@@ -250,9 +251,7 @@ def test_the_llm_down_leaves_the_conversation_queued_with_its_error(db_url, scop
         service.close(timeout=5)
 
 
-def llm_config_unreachable(db_url: str):
-    from memory_sql import MemoryConfig
-
+def llm_config_unreachable(db_url: str) -> MemoryConfig:
     return MemoryConfig(
         storage=db_url,
         model_name="test-model",
@@ -310,3 +309,27 @@ def test_the_database_going_away_never_reaches_the_agent(new_pg_database, llm, s
         assert "cannot read the memory" in caplog.text
     finally:
         service.close(timeout=5)
+
+
+def test_the_seed_storage_use_form_builds_that_class(tmp_path, llm, scope):
+    from memory_sql.storage import FileStorage
+
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(
+        "memory:\n"
+        "  storage:\n"
+        "    use: memory_sql.storage.file.FileStorage\n"
+        f"    path: {tmp_path / 'files'}\n"
+        "  debounce_seconds: 0\n"
+        "  model_name: test-model\n"
+        f"  llm_base_url: {llm.base_url}\n"
+        "  llm_api_key: sk-test\n"
+    )
+    llm.responder = learn
+    with MemoryService(MemoryConfig.from_yaml(config_file, env={})) as service:
+        assert isinstance(service.storage, FileStorage)
+        assert service.storage.root == tmp_path / "files"
+        assert service.after_agent(chat("tea"), thread_id="t1", **scope)
+        assert service.flush(timeout=10)
+        assert facts_of(service, scope["user_id"]) == ["Likes tea"]
+    assert (tmp_path / "files" / "queue.db").is_file()

@@ -35,11 +35,12 @@ def open_storage(target: str | os.PathLike[str] | Engine | None = None) -> Memor
     if "://" in text or text.startswith("sqlite:"):
         return SQLStorage(resolve_url(text))
     if text.startswith("use:"):
-        return _load_class(text[4:])()
+        return load_storage_class(text[4:])()
     return FileStorage(Path(text))
 
 
-def _load_class(path: str) -> type[MemoryStorage]:
+def load_storage_class(path: str) -> type[MemoryStorage]:
+    """The :class:`MemoryStorage` subclass ``path`` names (``package.module:ClassName``)."""
     module_name, _, attr = path.strip().partition(":")
     try:
         cls = getattr(importlib.import_module(module_name), attr)
@@ -50,4 +51,4 @@ def _load_class(path: str) -> type[MemoryStorage]:
     return cls
 
 
-__all__ = ["FileStorage", "MemoryStorage", "SQLStorage", "open_storage"]
+__all__ = ["FileStorage", "MemoryStorage", "SQLStorage", "load_storage_class", "open_storage"]
