@@ -181,3 +181,20 @@ memory_pending_updates = Table(
     Index("ix_memory_pending_updates_status_due_at", "status", "due_at"),
     comment="Conversations waiting for a memory update: one row per key, durable across crashes.",
 )
+
+memory_fact_events = Table(
+    "memory_fact_events",
+    metadata,
+    Column("tenant_id", String(64), primary_key=True),
+    Column("user_id", String(128), primary_key=True),
+    Column("agent_name", String(64), primary_key=True),
+    Column("version", Integer, primary_key=True, comment="the memory version the save made"),
+    Column("fact_id", String(64), primary_key=True),
+    Column("event", String(8), nullable=False),
+    Column("category", String(32), nullable=False),
+    Column("confidence", Float, nullable=False),
+    Column("occurred_at", UTCDateTime, nullable=False),
+    CheckConstraint("event IN ('added', 'updated', 'removed')", name="event"),
+    Index("ix_memory_fact_events_tenant_occurred_at", "tenant_id", "occurred_at"),
+    comment="Append-only log of fact changes, written by each save, for reporting over time.",
+)

@@ -11,7 +11,13 @@ from alembic.script import ScriptDirectory
 from memory_sql import migrations
 from memory_sql.database import create_engine
 
-TABLES = {"memory_scopes", "memory_sections", "memory_facts", "memory_pending_updates"}
+TABLES = {
+    "memory_scopes",
+    "memory_sections",
+    "memory_facts",
+    "memory_pending_updates",
+    "memory_fact_events",
+}
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])

@@ -13,7 +13,7 @@ from sqlalchemy import event
 from memory_sql import Fact, MemoryDocument, SchemaOutOfDateError, StorageError
 from memory_sql.database import create_engine
 from memory_sql.models import fact_digest
-from memory_sql.schema import memory_facts, memory_scopes
+from memory_sql.schema import memory_fact_events, memory_facts, memory_scopes
 from memory_sql.storage import SQLStorage, open_storage
 
 
@@ -140,7 +140,7 @@ def test_a_save_writes_only_the_rows_that_changed(store, scope):
     writes = [
         s for s in counter.seen if s.lstrip().split()[0].upper() in ("INSERT", "UPDATE", "DELETE")
     ]
-    assert len(writes) == 2, writes  # the version bump and one fact row
+    assert len(writes) == 3, writes  # the version bump, one fact row, one fact event
     assert any("memory_facts" in s and s.lstrip().upper().startswith("INSERT") for s in writes)
     reads = [
         s for s in counter.seen if "memory_facts" in s and s.lstrip().upper().startswith("SELECT")
@@ -302,3 +302,35 @@ def test_sqlite_autocommit_connections_really_commit(sqlite_url, scope):
         assert count == 1
     finally:
         engine.dispose()
+
+
+def test_every_save_logs_its_fact_changes(store, scope):
+    doc = store.load(**scope)
+    doc.facts = [Fact(content="a", category="goal"), Fact(content="b"), Fact(content="c")]
+    store.save(doc, **scope)
+    doc = store.load(**scope)
+    removed = doc.facts.pop(0)
+    doc.facts[0] = doc.facts[0].replace(confidence=0.9)
+    doc.facts.append(Fact(content="d"))
+    doc.user.top_of_mind.summary = "sections are not fact events"
+    store.save(doc, **scope)
+    with store.engine.connect() as conn:
+        events = conn.execute(
+            sa.select(
+                memory_fact_events.c.version,
+                memory_fact_events.c.event,
+                memory_fact_events.c.fact_id,
+                memory_fact_events.c.category,
+            )
+            .where(memory_fact_events.c.user_id == scope["user_id"])
+            .order_by(memory_fact_events.c.version, memory_fact_events.c.event)
+        ).all()
+    assert [(v, e) for v, e, _, _ in events] == [
+        (1, "added"),
+        (1, "added"),
+        (1, "added"),
+        (2, "added"),
+        (2, "removed"),
+        (2, "updated"),
+    ]
+    assert (2, "removed", removed.id, "goal") in events

@@ -109,6 +109,8 @@ class Changes:
     sections: dict[str, Section] = field(default_factory=dict)
     rekeyed: set[str] = field(default_factory=set)
     """Ids of updated facts whose casefold key changed."""
+    removed: dict[str, Fact] = field(default_factory=dict)
+    """The deleted facts as they were, by id."""
 
     def __bool__(self) -> bool:
         return bool(self.inserted or self.updated or self.deleted or self.sections)
@@ -133,6 +135,7 @@ def diff_documents(base: MemoryDocument, doc: MemoryDocument, now: datetime) -> 
             if fact.key != old.key:
                 changes.rekeyed.add(fact.id)
     changes.deleted = list(stored)
+    changes.removed = stored
     base_sections = base.sections()
     for name, section in doc.sections().items():
         before = base_sections[name]

@@ -18,7 +18,7 @@ from ..database import redacted
 from ..errors import DuplicateFactError, StorageError, VersionConflictError
 from ..migrations import ensure_at_head, open_engine
 from ..models import Fact, MemoryDocument, Section, fact_digest, utcnow
-from ..schema import memory_facts, memory_scopes, memory_sections
+from ..schema import memory_fact_events, memory_facts, memory_scopes, memory_sections
 from ..scope import Scope
 from .base import Changes, MemoryStorage, apply_changes, diff_documents, sort_facts
 from .cache import DEFAULT_CACHE_SCOPES, DocumentCache
@@ -200,8 +200,8 @@ class SQLStorage(MemoryStorage):
             if not changes:
                 conn.rollback()
                 return expected_version
-            self._write(conn, scope, changes)
-        new_version = expected_version + 1
+            new_version = expected_version + 1
+            self._write(conn, scope, changes, new_version, now)
         stored = apply_changes(base, changes, new_version)
         stored.last_updated = now
         self._cache.put(scope, (new_version, created_at), stored)
@@ -233,11 +233,36 @@ class SQLStorage(MemoryStorage):
             return created_at, cached
         return created_at, self._read_rows(conn, scope, expected_version, None)
 
+    def _log_events(
+        self, conn: Connection, scope: Scope, changes: Changes, version: int, now: datetime
+    ) -> None:
+        base = {**_scope_values(scope), "version": version, "occurred_at": now}
+        removed = {fact_id: changes.removed[fact_id] for fact_id in changes.deleted}
+        events = [
+            {
+                **base,
+                "fact_id": f.id,
+                "event": event,
+                "category": f.category,
+                "confidence": f.confidence,
+            }
+            for event, facts in (
+                ("added", changes.inserted),
+                ("updated", changes.updated),
+                ("removed", removed.values()),
+            )
+            for f in facts
+        ]
+        if events:
+            conn.execute(sa.insert(memory_fact_events), events)
+
     def _conflict(self, conn: Connection, scope: Scope, expected_version: int) -> None:
         actual = conn.execute(_SELECT_HEAD, _scope_params(scope)).scalar()
         raise VersionConflictError(str(scope), expected_version, actual)
 
-    def _write(self, conn: Connection, scope: Scope, changes: Changes) -> None:
+    def _write(
+        self, conn: Connection, scope: Scope, changes: Changes, version: int, now: datetime
+    ) -> None:
         # Deletes and updates go before inserts, so a fact may take over the content of one
         # removed in the same save without tripping the unique constraint.
         if changes.deleted:
@@ -267,6 +292,7 @@ class SQLStorage(MemoryStorage):
             conn.execute(
                 sa.insert(memory_facts), [_fact_row(scope, fact) for fact in changes.inserted]
             )
+        self._log_events(conn, scope, changes, version, now)
         for name, section in changes.sections.items():
             conn.execute(
                 sa.delete(memory_sections).where(
