@@ -1,0 +1,14 @@
+"""The ``memory-sql`` command line: a thin skin over the library, one module per group."""
+
+from __future__ import annotations
+
+from . import db, demo  # noqa: F401  (importing a module registers its commands)
+from ._common import app
+
+
+def main() -> None:
+    """Entry point of the ``memory-sql`` script."""
+    app()
+
+
+__all__ = ["app", "main"]

@@ -1,0 +1,69 @@
+"""``memory-sql db``: create, inspect and check the schema (Alembic)."""
+
+from __future__ import annotations
+
+import typer
+
+from .. import migrations
+from ..database import create_engine, redacted
+from ..errors import MemorySQLError
+from ._common import UrlOption, app, command, out
+
+db_app = typer.Typer(help="Create and check the database schema (Alembic).", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+
+@command(db_app, "upgrade")
+def db_upgrade(url: UrlOption = None, revision: str = "head") -> None:
+    """Create or migrate the schema up to REVISION (default: the newest).
+
+    Example:
+        memory-sql db upgrade --url postgresql+psycopg://postgres@127.0.0.1/memory
+    """
+    engine = create_engine(url)
+    try:
+        before = migrations.current_revision(engine)
+        migrations.upgrade(engine, revision)
+        after = migrations.current_revision(engine)
+    finally:
+        engine.dispose()
+    where = redacted(engine.url)
+    if before == after:
+        out.print(f"{where}: already at revision {after}")
+    else:
+        out.print(f"{where}: upgraded from {before or 'an empty database'} to {after}")
+
+
+@command(db_app, "current")
+def db_current(url: UrlOption = None) -> None:
+    """Print the database's schema revision and the newest one this version knows.
+
+    Example:
+        memory-sql db current --url sqlite:///memory_sql.db
+    """
+    engine = create_engine(url)
+    try:
+        current = migrations.current_revision(engine)
+    finally:
+        engine.dispose()
+    head = migrations.head_revision()
+    state = "up to date" if current == head else "run `memory-sql db upgrade`"
+    out.print(f"{redacted(engine.url)}: revision {current or 'none'} (head {head}, {state})")
+
+
+@command(db_app, "check")
+def db_check(url: UrlOption = None) -> None:
+    """Exit 0 if the database is at head and its tables match the models, else 1.
+
+    Example:
+        memory-sql db check --url postgresql+psycopg://postgres@127.0.0.1/memory
+    """
+    engine = create_engine(url)
+    try:
+        migrations.ensure_at_head(engine)
+        drift = migrations.check(engine)
+    finally:
+        engine.dispose()
+    if drift:
+        raise MemorySQLError(f"the tables differ from the models: {drift}")
+    out.print(f"{redacted(engine.url)}: schema at head {migrations.head_revision()}, no drift")
