@@ -30,6 +30,7 @@ from .models import Section as Section
 from .models import UserContext as UserContext
 from .models import fact_key as fact_key
 from .scope import Scope as Scope
+from .service import MemoryService as MemoryService
 from .signals import Signals as Signals
 from .signals import detect_correction as detect_correction
 from .signals import detect_reinforcement as detect_reinforcement
@@ -56,6 +57,7 @@ __all__ = [
     "LLMError",
     "MemoryConfig",
     "MemoryDocument",
+    "MemoryService",
     "MemorySQLError",
     "MemoryStorage",
     "MemoryUpdate",

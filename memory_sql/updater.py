@@ -35,7 +35,6 @@ from typing import Any
 from .config import MemoryConfig
 from .errors import (
     DuplicateFactError,
-    InvalidScopeError,
     InvalidUpdateError,
     LLMError,
     StorageError,
@@ -44,10 +43,10 @@ from .errors import (
 from .intake import filter_messages_for_memory
 from .llm import LLMClient
 from .messages import Message
-from .models import Fact, MemoryDocument, Section, check_text, fact_key, utcnow
+from .models import Fact, MemoryDocument, Section, fact_key, utcnow
 from .pattern_files import load_patterns
 from .prompt import build_update_prompt
-from .scope import Scope
+from .scope import Scope, check_thread_id
 from .storage.base import MemoryStorage
 from .update_parser import MemoryUpdate, parse_update
 from .uploads import mentions_upload, strip_upload_mentions
@@ -55,7 +54,6 @@ from .uploads import mentions_upload, strip_upload_mentions
 logger = logging.getLogger(__name__)
 
 MAX_SAVE_ATTEMPTS = 3
-MAX_THREAD_ID_CHARS = 256
 
 
 @dataclass(frozen=True)
@@ -274,7 +272,7 @@ class MemoryUpdater:
             InvalidMessageError: ``messages`` is not a list of messages, or one is malformed.
         """
         scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=tenant_id)
-        _check_thread_id(thread_id)
+        check_thread_id(thread_id)
         conversation = filter_messages_for_memory(
             messages, patterns=load_patterns(self.config.patterns_dir)
         )
@@ -284,19 +282,6 @@ class MemoryUpdater:
         return _Run(self, scope, thread_id).execute(
             conversation, correction_detected, reinforcement_detected
         )
-
-
-def _check_thread_id(thread_id: Any) -> None:
-    if not isinstance(thread_id, str) or not thread_id.strip():
-        raise InvalidScopeError("thread_id", thread_id, "must be a non-empty string")
-    if len(thread_id) > MAX_THREAD_ID_CHARS:
-        raise InvalidScopeError(
-            "thread_id", thread_id[:40] + "…", f"longer than {MAX_THREAD_ID_CHARS} characters"
-        )
-    try:
-        check_text(thread_id)
-    except ValueError as exc:
-        raise InvalidScopeError("thread_id", thread_id, str(exc)) from None
 
 
 class _Run:
