@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import db, demo  # noqa: F401  (importing a module registers its commands)
+from . import db, demo, facts, report, run, transfer  # noqa: F401  (importing registers)
 from ._common import app
 
 

@@ -1,0 +1,3 @@
+"""``memory-sql report`` commands (being written)."""
+
+from __future__ import annotations

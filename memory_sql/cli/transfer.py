@@ -1,0 +1,3 @@
+"""``memory-sql transfer`` commands (being written)."""
+
+from __future__ import annotations
