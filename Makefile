@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,langchain]'
 	touch $@
 
 demo: $(VENV)/.installed  ## store and show a sample memory on the embedded SQLite default
