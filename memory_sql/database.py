@@ -41,8 +41,9 @@ def create_engine(url: str | URL | None = None, **kwargs: Any) -> Engine:
     emits ``BEGIN`` itself (pysqlite would defer it to the first write, so two reads in one
     transaction could see different data), and a connection with the execution option
     ``sqlite_begin="IMMEDIATE"`` takes the write lock at ``BEGIN``, so a read-then-write
-    transaction waits for other writers instead of failing. PostgreSQL connections are
-    pre-pinged, so a restarted server costs one failed checkout, not an error.
+    transaction waits for other writers instead of failing. PostgreSQL connections are not
+    pinged before use (that would double the cost of a cached load): a connection found dead
+    invalidates the pool, and ``SQLStorage`` retries a read once.
     """
     parsed = resolve_url(url)
     if parsed.get_backend_name() == "sqlite":
@@ -50,7 +51,7 @@ def create_engine(url: str | URL | None = None, **kwargs: Any) -> Engine:
         engine = sa.create_engine(parsed, **kwargs)
         _configure_sqlite(engine)
         return engine
-    kwargs.setdefault("pool_pre_ping", True)
+    kwargs.setdefault("pool_recycle", 1800)
     return sa.create_engine(parsed, **kwargs)
 
 

@@ -334,3 +334,21 @@ def test_every_save_logs_its_fact_changes(store, scope):
         (2, "updated"),
     ]
     assert (2, "removed", removed.id, "goal") in events
+
+
+@pytest.mark.postgres
+def test_a_load_survives_the_server_dropping_its_connections(pg_url, scope):
+    with open_storage(pg_url) as store:
+        store.save(MemoryDocument(facts=[Fact(content="still here")]), **scope)
+        store.load(**scope)  # the pool now holds a connection
+        admin = create_engine(pg_url)
+        with admin.connect() as conn:
+            killed = conn.execute(
+                sa.text(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            ).scalar()
+        admin.dispose()
+        assert killed >= 1
+        assert [f.content for f in store.load(**scope).facts] == ["still here"]

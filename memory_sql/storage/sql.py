@@ -147,6 +147,16 @@ class SQLStorage(MemoryStorage):
     # load ------------------------------------------------------------------------------------
 
     def _load(self, scope: Scope) -> MemoryDocument:
+        try:
+            return self._load_once(scope)
+        except StorageError as exc:
+            cause = exc.__cause__
+            if not (isinstance(cause, sa_exc.DBAPIError) and cause.connection_invalidated):
+                raise
+        # The pooled connection had died (a restarted server): one more try on a fresh one.
+        return self._load_once(scope)
+
+    def _load_once(self, scope: Scope) -> MemoryDocument:
         with self._errors(scope), self.engine.connect() as conn:
             head = conn.execute(_SELECT_HEAD, _scope_params(scope)).first()
             if head is not None:
