@@ -6,7 +6,8 @@ becomes due ``debounce_seconds`` after its latest conversation, but never later 
 ``max_debounce_seconds`` after the first one still waiting, so a busy thread is still updated.
 ``kind`` keeps apart the two ways in: ``turn`` (after each conversation, debounced) and
 ``flush`` (before summarization drops messages, due at once), so a later turn cannot replace
-messages that are about to be summarised away before they were read.
+messages that are about to be summarised away before they were read. Flushes of one thread
+accumulate rather than replace each other, since each holds messages the next one lacks.
 
 Workers in any number of processes :meth:`~UpdateQueue.claim` due rows with a lease (``FOR
 UPDATE SKIP LOCKED`` on PostgreSQL; SQLite's single writer elsewhere), so no row is processed
@@ -136,11 +137,17 @@ class UpdateQueue:
                 pending.c.correction,
                 pending.c.reinforcement,
                 pending.c.status,
+                pending.c.messages,
+                pending.c.lease_until,
             ).where(_is_key(key))
             if self._postgres:
                 query = query.with_for_update()
             row = conn.execute(query).one()
             merged = Signals(row.correction, row.reinforcement) | signals
+            if immediate and row.status == "pending" and not _leased(row.lease_until, now):
+                # Flushes accumulate: each holds messages a summarization removed, which the
+                # next flush of the thread no longer contains.
+                body = json.dumps(json.loads(row.messages) + json.loads(body), ensure_ascii=True)
             first = now if row.status == "failed" else row.first_enqueued_at
             if not immediate:
                 due = min(due, first + self.max_wait)
@@ -362,6 +369,10 @@ def _key_values(scope: Scope, thread_id: str, kind: str) -> dict[str, str]:
 
 def _is_key(key: dict[str, str]) -> sa.ColumnElement[bool]:
     return sa.and_(*(pending.c[name] == value for name, value in key.items()))
+
+
+def _leased(lease_until: datetime | None, now: datetime) -> bool:
+    return lease_until is not None and lease_until >= now
 
 
 def _unleased(now: datetime) -> sa.ColumnElement[bool]:

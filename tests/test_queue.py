@@ -215,3 +215,18 @@ def test_racing_claimers_never_share_a_row(engine):
         thread.join()
     assert len(claimed) == 120
     assert len(set(claimed)) == 120
+
+
+def test_flushes_of_a_thread_accumulate_until_claimed(engine):
+    queue = make_queue(engine)
+    queue.add(SCOPE, "t1", conversation("dropped first"), Signals(), immediate=True, now=T0)
+    queue.add(SCOPE, "t1", conversation("dropped second"), Signals(), immediate=True, now=T0)
+    (item,) = queue.claim(1, now=T0)
+    assert [m.text for m in item.messages if m.role == "user"] == [
+        "dropped first",
+        "dropped second",
+    ]
+    queue.add(SCOPE, "t1", conversation("dropped third"), Signals(), immediate=True, now=T0)
+    assert queue.complete(item) is False  # the third arrived while the first two ran
+    (next_item,) = queue.claim(1, now=T0)
+    assert [m.text for m in next_item.messages if m.role == "user"] == ["dropped third"]

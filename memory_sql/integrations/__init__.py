@@ -1,0 +1,3 @@
+"""Ready-made hooks that connect memory_sql to agent frameworks (optional extras)."""
+
+from __future__ import annotations
