@@ -196,12 +196,17 @@ def render_memory_block(
     )
     if not text:
         return ""
+    return f"{date_reminder(today)}\n<user_memory>\n{text}\n</user_memory>"
+
+
+def date_reminder(today: date | None = None) -> str:
+    """The ``<system-reminder>`` with the current date that heads a memory block; ``today``
+    defaults to the local date of this machine."""
     today = today if today is not None else datetime.now().astimezone().date()
     return (
         "<system-reminder>\n"
         f"<current_date>{today.isoformat()}, {_WEEKDAYS[today.weekday()]}</current_date>\n"
-        "</system-reminder>\n"
-        f"<user_memory>\n{text}\n</user_memory>"
+        "</system-reminder>"
     )
 
 

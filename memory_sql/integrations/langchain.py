@@ -86,9 +86,11 @@ try:
     from typing_extensions import NotRequired
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
-        "memory_sql.integrations.langchain needs LangChain v1 (langchain>=1.0): "
+        "memory_sql.integrations.langchain needs LangChain v1 (langchain>=1.1): "
         "pip install 'memory-sql[langchain]'"
     ) from exc
+
+from ..injection import date_reminder
 
 if TYPE_CHECKING:
     from langgraph.runtime import Runtime
@@ -108,8 +110,6 @@ logger = logging.getLogger(__name__)
 
 STATE_KEY = "memory_sql_context"
 """The private agent-state key holding the block injected for the thread."""
-
-_WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 
 
 class MemoryContextState(AgentState):
@@ -206,15 +206,6 @@ def _conversation(messages: Any) -> Any:
 
 def _local_today() -> date:
     return datetime.now().astimezone().date()
-
-
-def _date_reminder(today: date) -> str:
-    """The ``<system-reminder>`` with the date alone (the head of a memory block)."""
-    return (
-        "<system-reminder>\n"
-        f"<current_date>{today.isoformat()}, {_WEEKDAYS[today.weekday()]}</current_date>\n"
-        "</system-reminder>"
-    )
 
 
 def _with_block(system_message: SystemMessage | None, block: str) -> SystemMessage:
@@ -379,7 +370,7 @@ class MemoryContextMiddleware(AgentMiddleware[MemoryContextState, Any]):
             user_id=ids.user_id, agent_name=ids.agent_name, tenant_id=ids.tenant_id, today=today
         )
         if not isinstance(block, str) or not block.strip():
-            block = _date_reminder(today) if self.date_when_empty else ""
+            block = date_reminder(today) if self.date_when_empty else ""
         return block
 
     def _with_memory(self, request: ModelRequest) -> ModelRequest:
