@@ -82,6 +82,15 @@ class MemoryService:
             workers=self.config.workers,
             sweep_interval=self.config.sweep_interval_seconds,
         )
+        worst_llm_call = self.config.llm_timeout_seconds * (self.config.llm_max_retries + 1)
+        if self.config.lease_seconds <= worst_llm_call:
+            logger.warning(
+                "memory_sql: lease_seconds (%s) is not longer than an LLM call may take "
+                "(llm_timeout_seconds × (llm_max_retries + 1) = %s): a slow update may be "
+                "claimed and run again by another worker",
+                self.config.lease_seconds,
+                worst_llm_call,
+            )
         self._problems = 0
         self._problems_lock = threading.Lock()
         self._closed = False
