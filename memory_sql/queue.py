@@ -45,6 +45,14 @@ from .signals import Signals
 
 MAX_BACKOFF_SECONDS = 3600.0
 _KEY = (pending.c.tenant_id, pending.c.user_id, pending.c.agent_name, pending.c.thread_id)
+_SELECT_FOR_ADD = sa.select(
+    pending.c.first_enqueued_at,
+    pending.c.correction,
+    pending.c.reinforcement,
+    pending.c.status,
+    pending.c.messages,
+    pending.c.lease_until,
+)
 
 
 @dataclass(frozen=True)
@@ -114,37 +122,37 @@ class UpdateQueue:
         body = json.dumps([m.to_dict() for m in messages], ensure_ascii=True)
         due = now if immediate else now + self.debounce
         with self._transaction() as conn:
-            inserted = conn.execute(
-                self._insert_ignoring_conflict()
-                .values(
-                    **key,
-                    messages=body,
-                    correction=signals.correction,
-                    reinforcement=signals.reinforcement,
-                    first_enqueued_at=now,
-                    last_enqueued_at=now,
-                    due_at=due,
-                    generation=1,
-                    attempts=0,
-                    status="pending",
+            # On PostgreSQL the row may vanish between the two statements (a run completing):
+            # then the insert is tried again.
+            for _ in range(3):
+                inserted = conn.execute(
+                    self._insert_ignoring_conflict()
+                    .values(
+                        **key,
+                        messages=body,
+                        correction=signals.correction,
+                        reinforcement=signals.reinforcement,
+                        first_enqueued_at=now,
+                        last_enqueued_at=now,
+                        due_at=due,
+                        generation=1,
+                        attempts=0,
+                        status="pending",
+                    )
+                    .returning(pending.c.generation)
+                ).first()
+                if inserted is not None:
+                    return due
+                row = conn.execute(self._for_update(_SELECT_FOR_ADD.where(_is_key(key)))).first()
+                if row is not None:
+                    break
+            else:
+                raise StorageError(
+                    f"update queue: the row of {scope}, thread {thread_id} "
+                    "kept vanishing while being written"
                 )
-                .returning(pending.c.generation)
-            ).first()
-            if inserted is not None:
-                return due
-            query = sa.select(
-                pending.c.first_enqueued_at,
-                pending.c.correction,
-                pending.c.reinforcement,
-                pending.c.status,
-                pending.c.messages,
-                pending.c.lease_until,
-            ).where(_is_key(key))
-            if self._postgres:
-                query = query.with_for_update()
-            row = conn.execute(query).one()
             merged = Signals(row.correction, row.reinforcement) | signals
-            if immediate and row.status == "pending" and not _leased(row.lease_until, now):
+            if immediate and not _leased(row.lease_until, now):
                 # Flushes accumulate: each holds messages a summarization removed, which the
                 # next flush of the thread no longer contains.
                 body = json.dumps(json.loads(row.messages) + json.loads(body), ensure_ascii=True)
@@ -188,11 +196,29 @@ class UpdateQueue:
         claimed = []
         with self._transaction() as conn:
             for row in conn.execute(query).all():
-                key = _key_values(
-                    Scope(row.tenant_id, row.user_id, row.agent_name or None),
-                    row.thread_id,
-                    row.kind,
-                )
+                scope = Scope(row.tenant_id, row.user_id, row.agent_name or None)
+                key = _key_values(scope, row.thread_id, row.kind)
+                problem = None
+                if row.attempts >= self.max_attempts:
+                    # Every earlier run died with its process: the row itself may be the cause.
+                    problem = f"{row.attempts} runs never finished (each process running it died)"
+                else:
+                    try:
+                        messages = tuple(
+                            Message.from_dict(m, index=i)
+                            for i, m in enumerate(json.loads(row.messages))
+                        )
+                    except (ValueError, TypeError) as exc:
+                        problem = f"the queued conversation is unreadable: {exc}"
+                if problem is not None:
+                    conn.execute(
+                        sa.update(pending)
+                        .where(_is_key(key))
+                        .values(
+                            status="failed", last_error=problem, lease_owner=None, lease_until=None
+                        )
+                    )
+                    continue
                 conn.execute(
                     sa.update(pending)
                     .where(_is_key(key))
@@ -204,19 +230,33 @@ class UpdateQueue:
                 )
                 claimed.append(
                     PendingUpdate(
-                        scope=Scope(row.tenant_id, row.user_id, row.agent_name or None),
+                        scope=scope,
                         thread_id=row.thread_id,
                         kind=row.kind,
-                        messages=tuple(
-                            Message.from_dict(m, index=i)
-                            for i, m in enumerate(json.loads(row.messages))
-                        ),
+                        messages=messages,
                         signals=Signals(row.correction, row.reinforcement),
                         generation=row.generation,
                         attempts=row.attempts + 1,
                     )
                 )
         return claimed
+
+    def renew(self, items: Sequence[PendingUpdate], *, now: datetime | None = None) -> int:
+        """Extend the leases of ``items`` (runs still going) by ``lease_seconds`` from now.
+        Returns how many leases were still this owner's to extend."""
+        if not items:
+            return 0
+        now = now or utcnow()
+        renewed = 0
+        with self._transaction() as conn:
+            for item in items:
+                key = _key_values(item.scope, item.thread_id, item.kind)
+                renewed += conn.execute(
+                    sa.update(pending)
+                    .where(_is_key(key), pending.c.lease_owner == self.owner)
+                    .values(lease_until=now + self.lease)
+                ).rowcount
+        return renewed
 
     def complete(self, item: PendingUpdate) -> bool:
         """The run of ``item`` succeeded: delete its row, unless a newer conversation arrived
@@ -232,10 +272,18 @@ class UpdateQueue:
             ).rowcount
             if deleted:
                 return True
+            # A newer conversation arrived during the run: it waits its own debounce, and the
+            # maximum wait counts from when it came (the run took everything before it).
             conn.execute(
                 sa.update(pending)
                 .where(_is_key(key), pending.c.lease_owner == self.owner)
-                .values(lease_owner=None, lease_until=None, attempts=0, last_error=None)
+                .values(
+                    lease_owner=None,
+                    lease_until=None,
+                    attempts=0,
+                    last_error=None,
+                    first_enqueued_at=pending.c.last_enqueued_at,
+                )
             )
         return False
 
@@ -248,7 +296,7 @@ class UpdateQueue:
         key = _key_values(item.scope, item.thread_id, item.kind)
         error = error[:4000]
         with self._transaction() as conn:
-            query = sa.select(pending.c.generation, pending.c.attempts).where(
+            query = sa.select(pending.c.generation, pending.c.attempts, pending.c.messages).where(
                 _is_key(key), pending.c.lease_owner == self.owner
             )
             if self._postgres:
@@ -263,6 +311,9 @@ class UpdateQueue:
             }
             if row.generation != item.generation:
                 outcome, values = "superseded", {"attempts": 0}
+                if item.kind == "flush":  # the failed run's messages are in no other row
+                    unrun = [m.to_dict() for m in item.messages] + json.loads(row.messages)
+                    values["messages"] = json.dumps(unrun, ensure_ascii=True)
             elif row.attempts >= self.max_attempts:
                 outcome, values = "failed", {"status": "failed"}
             else:
@@ -284,7 +335,8 @@ class UpdateQueue:
     # scheduling and reporting ----------------------------------------------------------------
 
     def next_due(self, *, now: datetime | None = None) -> datetime | None:
-        """When a pending row can next be claimed: its due time, or its lease's end."""
+        """When a pending row can next be claimed: its due time, or the end of another owner's
+        lease on it."""
         now = now or utcnow()
         with self._connection() as conn:
             unleased = conn.execute(
@@ -294,7 +346,9 @@ class UpdateQueue:
             ).scalar()
             lease_end = conn.execute(
                 sa.select(sa.func.min(pending.c.lease_until)).where(
-                    pending.c.status == "pending", pending.c.lease_until >= now
+                    pending.c.status == "pending",
+                    pending.c.lease_until >= now,
+                    pending.c.lease_owner != self.owner,  # our own runs renew their leases
                 )
             ).scalar()
         times = [t for t in (unleased, lease_end) if t is not None]
@@ -328,6 +382,9 @@ class UpdateQueue:
         return {"pending": row[0], "failed": row[1], "leased": row[2], "due": row[3]}
 
     # plumbing --------------------------------------------------------------------------------
+
+    def _for_update(self, query: sa.Select[Any]) -> sa.Select[Any]:
+        return query.with_for_update() if self._postgres else query
 
     def _insert_ignoring_conflict(self) -> Any:
         dialect = postgresql if self._postgres else sqlite

@@ -179,11 +179,15 @@ class MemoryService:
 
     def close(self, timeout: float = 30.0) -> bool:
         """Stop scheduling; wait up to ``timeout`` for updates in flight; leave the rest queued
-        for the next start. True if nothing was still running."""
+        for the next start. True if nothing was still running; else the runs still going keep
+        the LLM client and database connections they use, and finish in the background."""
         if self._closed:
             return True
         self._closed = True
         finished = self.worker.stop(timeout)
+        if not finished:
+            logger.warning("memory_sql: closed with updates still running; they finish alone")
+            return False
         self.updater.close()
         if self._owns_storage:
             self.storage.close()

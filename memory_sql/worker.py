@@ -6,7 +6,8 @@ there is work, with no polling. ``sweep`` runs every ``sweep_interval`` seconds 
 no local wake-up covers: rows queued by other processes, leases left by dead ones. Both claim as
 many due rows as the pool has free threads and hand them to the pool; a finished run claims
 more. Wake-ups never miss: jobs have no misfire grace limit, and a wake-up asked for while one
-runs makes that one go round again instead of being skipped.
+runs makes that one go round again instead of being skipped. While a run goes on, its lease
+is renewed every third of ``lease_seconds``, so a slow LLM never lets a second worker take it.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timezone
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import datetime, timedelta, timezone
 
 from apscheduler.executors.pool import ThreadPoolExecutor as SchedulerThreadPool
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -28,6 +29,7 @@ from .queue import PendingUpdate, UpdateQueue
 logger = logging.getLogger(__name__)
 
 Run = Callable[[PendingUpdate], "RunOutcome"]
+RETRY_AFTER_ERROR_SECONDS = 5.0
 
 
 class RunOutcome:
@@ -64,6 +66,8 @@ class UpdateWorker:
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._in_flight = 0
+        self._running: dict[int, PendingUpdate] = {}
+        self._waiting: dict[int, tuple[Future[None], PendingUpdate]] = {}
         self._next_wake: datetime | None = None
         self._waking = False
         self._again = False
@@ -81,7 +85,20 @@ class UpdateWorker:
         self._scheduler.add_job(
             self._wake, "interval", seconds=self.sweep_interval, id="sweep", name="sweep"
         )
+        renew_every = max(self.queue.lease.total_seconds() / 3, 0.1)
+        self._scheduler.add_job(
+            self._renew, "interval", seconds=renew_every, id="renew", name="renew"
+        )
         self.notify(utcnow())
+
+    def _renew(self) -> None:
+        """Keep the leases of runs still going, however long the LLM takes."""
+        with self._lock:
+            running = list(self._running.values())
+        try:
+            self.queue.renew(running)
+        except MemorySQLError as exc:
+            logger.warning("memory update worker: cannot renew leases: %s", exc)
 
     def notify(self, due: datetime) -> None:
         """A row becomes claimable at ``due``: wake up then, unless already waking earlier."""
@@ -129,10 +146,17 @@ class UpdateWorker:
                     return
         except MemorySQLError as exc:
             logger.warning("memory update worker: cannot read the queue: %s", exc)
+            self._retry_soon()
         except Exception:
             logger.exception("memory update worker: unexpected error while claiming work")
+            self._retry_soon()
         with self._lock:
             self._waking = False
+
+    def _retry_soon(self) -> None:
+        with self._lock:
+            if not self._stopping:
+                self._schedule(utcnow() + timedelta(seconds=RETRY_AFTER_ERROR_SECONDS))
 
     def _drain(self) -> int:
         """Claim due rows for the free threads and start them; returns free threads left."""
@@ -144,10 +168,14 @@ class UpdateWorker:
         with self._lock:
             self._in_flight += len(items)
         for item in items:
-            self._pool.submit(self._process, item)
+            with self._lock:
+                self._waiting[id(item)] = (self._pool.submit(self._process, item), item)
         return free - len(items)
 
     def _process(self, item: PendingUpdate) -> None:
+        with self._lock:
+            self._waiting.pop(id(item), None)
+            self._running[id(item)] = item
         try:
             try:
                 outcome = self.run(item)
@@ -180,6 +208,7 @@ class UpdateWorker:
             )
         finally:
             with self._lock:
+                self._running.pop(id(item), None)
                 self._in_flight -= 1
                 self._idle.notify_all()
             self.notify(utcnow())
@@ -211,8 +240,9 @@ class UpdateWorker:
     def stop(self, timeout: float) -> bool:
         """Stop claiming, wait up to ``timeout`` seconds for runs in flight; True if all ended.
 
-        Runs still going then finish in the background; their rows stay leased until they do
-        (or, if the process exits first, until the lease expires)."""
+        Claimed rows not yet started are given back at once. Runs still going after
+        ``timeout`` finish in the background with their leases no longer renewed: should the
+        process exit first, their rows are claimed again when the lease runs out."""
         with self._lock:
             self._stopping = True
         if self._scheduler.running:
@@ -222,10 +252,25 @@ class UpdateWorker:
             with self._scheduler._jobstores_lock:
                 self._scheduler.pause()
             self._scheduler.shutdown(wait=False)
+        with self._lock:
+            waiting = list(self._waiting.values())
+        for future, item in waiting:
+            if future.cancel():
+                self._give_back(item)
         deadline = time.monotonic() + timeout
         with self._lock:
             while self._in_flight and (remaining := deadline - time.monotonic()) > 0:
                 self._idle.wait(remaining)
             finished = self._in_flight == 0
-        self._pool.shutdown(wait=finished, cancel_futures=True)
+        self._pool.shutdown(wait=finished)
         return finished
+
+    def _give_back(self, item: PendingUpdate) -> None:
+        with self._lock:
+            self._waiting.pop(id(item), None)
+            self._in_flight -= 1
+            self._idle.notify_all()
+        try:
+            self.queue.release(item)
+        except MemorySQLError as exc:
+            logger.warning("memory update worker: cannot give back %s: %s", item.scope, exc)

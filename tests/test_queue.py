@@ -180,8 +180,10 @@ def test_next_due_and_make_all_due(engine):
     queue.add(SCOPE, "t2", conversation("b"), Signals(), now=T0 + timedelta(seconds=5))
     assert queue.next_due(now=T0) == T0 + timedelta(seconds=30)
     assert queue.make_all_due(now=T0) == 2
-    assert len(queue.claim(5, now=T0)) == 2
-    assert queue.next_due(now=T0) == T0 + timedelta(seconds=60)  # the leases' end
+    other = make_queue(engine, owner="other")
+    assert len(other.claim(5, now=T0)) == 2
+    assert queue.next_due(now=T0) == T0 + timedelta(seconds=60)  # the other's leases end
+    assert other.next_due(now=T0) is None  # its own runs renew their leases
 
 
 def test_release_gives_a_row_back_without_counting_the_attempt(engine):
@@ -230,3 +232,91 @@ def test_flushes_of_a_thread_accumulate_until_claimed(engine):
     assert queue.complete(item) is False  # the third arrived while the first two ran
     (next_item,) = queue.claim(1, now=T0)
     assert [m.text for m in next_item.messages if m.role == "user"] == ["dropped third"]
+
+
+def test_renewing_keeps_a_long_run_from_being_claimed_again(engine):
+    mine, theirs = make_queue(engine, owner="mine"), make_queue(engine, owner="theirs")
+    mine.add(SCOPE, "t1", conversation("a"), Signals(), now=T0)
+    due = T0 + timedelta(seconds=30)
+    (item,) = mine.claim(1, now=due)
+    later = due + timedelta(seconds=50)
+    assert mine.renew([item], now=later) == 1
+    assert theirs.claim(1, now=due + timedelta(seconds=61)) == []  # past the first lease
+    assert len(theirs.claim(1, now=later + timedelta(seconds=61))) == 1  # renewals stopped
+
+
+def test_a_failed_flush_superseded_by_another_keeps_both(engine):
+    queue = make_queue(engine)
+    queue.add(SCOPE, "t1", conversation("dropped A"), Signals(), immediate=True, now=T0)
+    (item,) = queue.claim(1, now=T0)
+    queue.add(SCOPE, "t1", conversation("dropped B"), Signals(), immediate=True, now=T0)
+    assert queue.fail(item, "llm down", now=T0) == "superseded"
+    (again,) = queue.claim(1, now=T0)
+    assert [m.text for m in again.messages if m.role == "user"] == ["dropped A", "dropped B"]
+
+
+def test_the_maximum_wait_restarts_after_a_run(engine):
+    queue = make_queue(engine, debounce_seconds=30, max_debounce_seconds=100)
+    queue.add(SCOPE, "t1", conversation("a"), Signals(), now=T0)
+    run_at = T0 + timedelta(seconds=100)
+    (item,) = queue.claim(1, now=run_at)
+    during = run_at + timedelta(seconds=5)
+    queue.add(SCOPE, "t1", conversation("b"), Signals(), now=during)
+    assert queue.complete(item) is False
+    after = during + timedelta(seconds=10)
+    due = queue.add(SCOPE, "t1", conversation("c"), Signals(), now=after)
+    assert due == after + timedelta(seconds=30)  # debounced again, not overdue at once
+
+
+def test_an_unreadable_row_fails_alone_and_blocks_nothing(engine):
+    queue = make_queue(engine, debounce_seconds=0)
+    queue.add(SCOPE, "bad", conversation("x"), Signals(), now=T0)
+    queue.add(SCOPE, "good", conversation("y"), Signals(), now=T0 + timedelta(seconds=1))
+    with engine.begin() as conn:
+        conn.execute(
+            sa.update(pending).where(pending.c.thread_id == "bad").values(messages='[{"role": 7}]')
+        )
+    claimed = queue.claim(5, now=T0 + timedelta(seconds=2))
+    assert [item.thread_id for item in claimed] == ["good"]
+    bad = next(row for row in rows(engine) if row.thread_id == "bad")
+    assert bad.status == "failed" and "unreadable" in bad.last_error
+
+
+def test_a_row_whose_runs_keep_dying_is_given_up(engine):
+    queue = make_queue(engine, debounce_seconds=0, max_attempts=2, lease_seconds=10)
+    queue.add(SCOPE, "t1", conversation("x"), Signals(), now=T0)
+    now = T0
+    for _ in range(2):  # each run's process dies: the lease just runs out
+        assert len(queue.claim(1, now=now)) == 1
+        now += timedelta(seconds=11)
+    assert queue.claim(1, now=now) == []
+    (row,) = rows(engine)
+    assert row.status == "failed" and "never finished" in row.last_error
+
+
+@pytest.mark.postgres
+def test_an_add_racing_a_completed_run_is_not_lost(pg_url):
+    engine = create_engine(pg_url)
+    other = create_engine(pg_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.delete(pending))
+        queue = make_queue(engine, debounce_seconds=0)
+        queue.add(SCOPE, "t1", conversation("first"), Signals(), now=T0)
+        (item,) = queue.claim(1, now=T0)
+        worker = make_queue(other, owner=queue.owner)
+        completed = []
+
+        def complete_between_insert_and_select(conn, cursor, statement, *args):
+            if "FOR UPDATE" in statement and not completed:
+                completed.append(worker.complete(item))  # the run ends at the worst moment
+
+        sa.event.listen(engine, "before_cursor_execute", complete_between_insert_and_select)
+        queue.add(SCOPE, "t1", conversation("second"), Signals(), now=T0)
+        sa.event.remove(engine, "before_cursor_execute", complete_between_insert_and_select)
+        assert completed == [True]
+        (row,) = rows(engine)
+        assert "second" in row.messages and row.generation == 1
+    finally:
+        engine.dispose()
+        other.dispose()

@@ -333,3 +333,37 @@ def test_the_seed_storage_use_form_builds_that_class(tmp_path, llm, scope):
         assert service.flush(timeout=10)
         assert facts_of(service, scope["user_id"]) == ["Likes tea"]
     assert (tmp_path / "files" / "queue.db").is_file()
+
+
+def test_a_run_longer_than_its_lease_is_not_run_twice(make_service, llm, scope):
+    service = make_service(debounce_seconds=0, lease_seconds=0.6, workers=2)
+
+    def slow_learn(body: dict) -> str:
+        time.sleep(2.0)  # three leases long: renewals must keep the row ours
+        return learn(body)
+
+    llm.responder = slow_learn
+    service.after_agent(chat("tea"), thread_id="t1", **scope)
+    assert service.flush(timeout=15)
+    assert len(llm.requests) == 1
+    assert facts_of(service, scope["user_id"]) == ["Likes tea"]
+
+
+def test_close_during_a_run_does_not_fail_it(db_url, llm, scope):
+    started = threading.Event()
+
+    def slow_learn(body: dict) -> str:
+        started.set()
+        time.sleep(1.5)
+        return learn(body)
+
+    llm.responder = slow_learn
+    config = llm_config(llm, storage=db_url, debounce_seconds=0)
+    service = MemoryService(config)
+    service.after_agent(chat("tea"), thread_id="t1", **scope)
+    assert started.wait(10)
+    assert service.close(timeout=0.2) is False  # still running: it finishes alone
+    assert wait_for(lambda: service.worker.in_flight == 0, timeout=10)
+    with MemoryService(config, start=False) as reader:
+        assert reader.status()["pending"] == 0
+        assert facts_of(reader, scope["user_id"]) == ["Likes tea"]
