@@ -12,6 +12,8 @@ from sqlalchemy.engine import URL, Engine, make_url
 DEFAULT_DATABASE_URL = "sqlite:///memory_sql.db"
 URL_ENV = "MEMORY_SQL_DATABASE_URL"
 SQLITE_BUSY_TIMEOUT_SECONDS = 30.0
+CONNECT_TIMEOUT_SECONDS = 10.0
+STATEMENT_TIMEOUT_SECONDS = 30.0
 _SUPPORTED_DRIVERS = ("sqlite", "sqlite+pysqlite", "postgresql+psycopg")
 
 
@@ -34,7 +36,12 @@ def resolve_url(url: str | URL | None = None) -> URL:
     return parsed
 
 
-def create_engine(url: str | URL | None = None, **kwargs: Any) -> Engine:
+def create_engine(
+    url: str | URL | None = None,
+    *,
+    statement_timeout: float | None = STATEMENT_TIMEOUT_SECONDS,
+    **kwargs: Any,
+) -> Engine:
     """A SQLAlchemy engine for ``url`` (see :func:`resolve_url`).
 
     SQLite gets WAL journaling, a busy timeout, foreign keys, and real transactions: SQLAlchemy
@@ -44,6 +51,11 @@ def create_engine(url: str | URL | None = None, **kwargs: Any) -> Engine:
     transaction waits for other writers instead of failing. PostgreSQL connections are not
     pinged before use (that would double the cost of a cached load): a connection found dead
     invalidates the pool, and ``SQLStorage`` retries a read once.
+
+    Nothing waits forever on a database that stopped answering: connecting and taking a pooled
+    connection give up after :data:`CONNECT_TIMEOUT_SECONDS`, and on PostgreSQL a statement
+    after ``statement_timeout`` seconds (a lock wait after a third of it); ``None`` lifts the
+    statement limit, as schema migrations of large tables need.
     """
     parsed = resolve_url(url)
     if parsed.get_backend_name() == "sqlite":
@@ -52,6 +64,15 @@ def create_engine(url: str | URL | None = None, **kwargs: Any) -> Engine:
         _configure_sqlite(engine)
         return engine
     kwargs.setdefault("pool_recycle", 1800)
+    kwargs.setdefault("pool_timeout", CONNECT_TIMEOUT_SECONDS)
+    connect_args = kwargs.setdefault("connect_args", {})
+    connect_args.setdefault("connect_timeout", int(CONNECT_TIMEOUT_SECONDS))
+    if statement_timeout is not None:
+        limits = (
+            f"-c statement_timeout={int(statement_timeout * 1000)} "
+            f"-c lock_timeout={int(statement_timeout * 1000 / 3)}"
+        )
+        connect_args["options"] = f"{connect_args.get('options', '')} {limits}".strip()
     return sa.create_engine(parsed, **kwargs)
 
 

@@ -20,7 +20,7 @@ def db_upgrade(url: UrlOption = None, revision: str = "head") -> None:
     Example:
         memory-sql db upgrade --url postgresql+psycopg://postgres@127.0.0.1/memory
     """
-    engine = create_engine(url)
+    engine = create_engine(url, statement_timeout=None)
     try:
         before = migrations.current_revision(engine)
         migrations.upgrade(engine, revision)
@@ -41,7 +41,7 @@ def db_current(url: UrlOption = None) -> None:
     Example:
         memory-sql db current --url sqlite:///memory_sql.db
     """
-    engine = create_engine(url)
+    engine = create_engine(url, statement_timeout=None)
     try:
         current = migrations.current_revision(engine)
     finally:
@@ -58,7 +58,7 @@ def db_check(url: UrlOption = None) -> None:
     Example:
         memory-sql db check --url postgresql+psycopg://postgres@127.0.0.1/memory
     """
-    engine = create_engine(url)
+    engine = create_engine(url, statement_timeout=None)
     try:
         migrations.ensure_at_head(engine)
         drift = migrations.check(engine)
