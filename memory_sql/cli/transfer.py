@@ -1,3 +1,210 @@
-"""``memory-sql transfer`` commands (being written)."""
+"""``memory-sql export | import | forget``: move memories in and out, delete a user's data."""
 
 from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, TextIO
+
+import typer
+
+from .. import admin
+from ..database import redacted
+from ..scope import Scope
+from ._common import ConfigOption, UrlOption, app, command, err, out
+from ._data import AgentOption, TenantOption, UserOption, sql_storage
+
+JsonlOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--jsonl",
+        help="A JSON Lines file of many memories, one a line ('-': standard output/input).",
+        show_default=False,
+    ),
+]
+
+
+@command(app, "export")
+def export(
+    user: Annotated[
+        str | None, typer.Option("--user", help="Export this user's memory (memory.json).")
+    ] = None,
+    agent: AgentOption = None,
+    tenant: Annotated[
+        str | None,
+        typer.Option("--tenant", help="The tenant (default: 'default'; with --jsonl: all)."),
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Write memory.json here (default: standard output)."),
+    ] = None,
+    jsonl: JsonlOption = None,
+    url: UrlOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Export one memory as DeerFlow's memory.json, or many as JSON Lines.
+
+    With --jsonl: every memory of --tenant, or of the whole database.
+
+    Example:
+        memory-sql export --user alice --agent coder --output memory.json
+        memory-sql export --tenant acme --jsonl acme.jsonl
+    """
+    if jsonl is not None:
+        if user is not None or agent is not None or output is not None:
+            raise ValueError("--jsonl exports whole tenants: leave out --user, --agent, --output")
+        with sql_storage(url, config) as storage:
+            where = redacted(storage.engine.url)
+            if str(jsonl) == "-":
+                count = admin.export_jsonl(storage.engine, sys.stdout, tenant_id=tenant)
+                err.print(
+                    f"exported {_memories(count)} from {where}", highlight=False, soft_wrap=True
+                )
+                return
+            with _atomic_write(jsonl) as stream:
+                count = admin.export_jsonl(storage.engine, stream, tenant_id=tenant)
+        out.print(
+            f"exported {_memories(count)} from {where} to {jsonl}", highlight=False, soft_wrap=True
+        )
+        return
+    if user is None:
+        raise ValueError("give --user for one memory (memory.json), or --jsonl FILE for many")
+    scope = Scope.of(user_id=user, agent_name=agent, tenant_id=tenant)
+    with sql_storage(url, config) as storage:
+        data = admin.export_memory(storage, user_id=user, agent_name=agent, tenant_id=tenant)
+    text = json.dumps(data, ensure_ascii=False, indent=2) + "\n"
+    if data["revision"] == 0:
+        err.print(
+            f"[yellow]note:[/yellow] nothing is stored for {scope}", highlight=False, soft_wrap=True
+        )
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    with _atomic_write(output) as stream:
+        stream.write(text)
+    out.print(
+        f"exported {scope} (version {data['revision']}, {len(data['facts'])} facts) to {output}",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+@command(app, "import")
+def import_(
+    file: Annotated[
+        Path | None,
+        typer.Argument(help="A DeerFlow memory.json for the memory of --user.", show_default=False),
+    ] = None,
+    user: Annotated[
+        str | None, typer.Option("--user", help="The user whose memory FILE becomes.")
+    ] = None,
+    agent: AgentOption = None,
+    tenant: TenantOption = None,
+    jsonl: JsonlOption = None,
+    url: UrlOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Import one memory from DeerFlow's memory.json, or many from a JSON Lines export.
+
+    The memory becomes what the file holds: its sections and facts, fact ids kept.
+    The whole file is checked before anything is written.
+    Importing the same file again changes nothing.
+
+    Example:
+        memory-sql import memory.json --user alice --agent coder
+        memory-sql import --jsonl acme.jsonl --url sqlite:///memory.db
+    """
+    if jsonl is not None:
+        if file is not None or user is not None or agent is not None or tenant is not None:
+            raise ValueError(
+                "--jsonl takes the memories' scopes from the file: leave out FILE, --user, "
+                "--agent, --tenant"
+            )
+        source = "<stdin>" if str(jsonl) == "-" else str(jsonl)
+        content = sys.stdin.buffer.read() if source == "<stdin>" else jsonl.read_bytes()
+        with sql_storage(url, config) as storage:
+            result = admin.import_jsonl(storage.engine, content, source=source)
+        out.print(
+            f"imported {_memories(result.memories)} from {source}: {result.changed} changed, "
+            f"{result.unchanged} unchanged",
+            highlight=False,
+            soft_wrap=True,
+        )
+        return
+    if file is None or user is None:
+        raise ValueError("give FILE and --user for one memory, or --jsonl FILE for many")
+    scope = Scope.of(user_id=user, agent_name=agent, tenant_id=tenant)
+    content = file.read_bytes()
+    with sql_storage(url, config) as storage:
+        before, after = admin.import_memory(
+            storage, content, user_id=user, agent_name=agent, tenant_id=tenant, source=str(file)
+        )
+    if before == after:
+        out.print(
+            f"{scope} already holds {file}: unchanged at version {after}",
+            highlight=False,
+            soft_wrap=True,
+        )
+    else:
+        out.print(
+            f"imported {file} into {scope}: version {before} → {after}",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+@command(app, "forget")
+def forget(
+    user: UserOption,
+    tenant: TenantOption = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    url: UrlOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Delete every row of a user in one transaction, and print the counts.
+
+    Memories of every agent go, with their facts and sections, waiting updates and the
+    fact history. Asks first unless --yes.
+
+    Example:
+        memory-sql forget --user alice --tenant acme --yes
+    """
+    scope = Scope.of(user_id=user, tenant_id=tenant)
+    with sql_storage(url, config) as storage:
+        where = redacted(storage.engine.url)
+        if not yes:
+            typer.confirm(
+                f"Delete every row of user {scope.user_id} (tenant {scope.tenant_id}) in {where}?",
+                abort=True,
+            )
+        counts = admin.forget_user(storage.engine, scope.user_id, tenant_id=scope.tenant_id)
+    out.print(
+        f"forgot user {scope.user_id} (tenant {scope.tenant_id}): {sum(counts.values())} rows",
+        highlight=False,
+        soft_wrap=True,
+    )
+    for table, count in counts.items():
+        out.print(f"  {table}: {count}", highlight=False, soft_wrap=True)
+
+
+def _memories(count: int) -> str:
+    return f"{count} memory" if count == 1 else f"{count} memories"
+
+
+@contextmanager
+def _atomic_write(path: Path) -> Iterator[TextIO]:
+    """A text stream whose content replaces ``path`` in full when the block ends without an
+    error (a temporary file beside it, renamed), and is thrown away otherwise."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as stream:
+            yield stream
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,62 @@
+"""What the data commands (``facts``, ``report``, ``export``/``import``/``forget``) share: the
+SQL storage they open, their scope options, and JSON output."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ..database import resolve_url
+from ..storage import SQLStorage
+from ._common import load_config
+
+UserOption = Annotated[str, typer.Option("--user", help="The user whose memory it is.")]
+AgentOption = Annotated[
+    str | None,
+    typer.Option("--agent", help="The agent's name (default: the memory of unnamed agents)."),
+]
+TenantOption = Annotated[
+    str | None, typer.Option("--tenant", help="The tenant (default: 'default').")
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+@contextmanager
+def sql_storage(url: str | None, config: Path | None = None) -> Iterator[SQLStorage]:
+    """The SQL store at ``--url`` (else the ``storage`` of ``--config``, else
+    ``$MEMORY_SQL_DATABASE_URL``, else the default SQLite file), at the schema head.
+
+    Raises:
+        SchemaOutOfDateError: the schema is not at head (the message names
+            ``memory-sql db upgrade``).
+        ValueError: the storage is not a SQL database URL.
+    """
+    target = url
+    if target is None and config is not None:
+        loaded = load_config(config)
+        if loaded.storage_class:
+            raise ValueError(
+                f"storage use: {loaded.storage_class} is not a SQL database; "
+                "these commands need sqlite:///… or postgresql+psycopg://…"
+            )
+        target = loaded.storage
+    if target is not None and "://" not in target and not target.startswith("sqlite:"):
+        raise ValueError(
+            f"{target!r} is not a database URL; these commands need sqlite:///… or "
+            "postgresql+psycopg://…"
+        )
+    storage = SQLStorage(resolve_url(target))
+    try:
+        yield storage
+    finally:
+        storage.close()
+
+
+def print_json(data: Any) -> None:
+    """``data`` as indented JSON on stdout (plain text: no colour, no wrapping)."""
+    typer.echo(json.dumps(data, ensure_ascii=False, indent=2))

@@ -1,0 +1,233 @@
+"""Reading the reporting views (Alembic revision 0004) into one JSON-ready summary.
+
+The views are plain SQL over the tables and can be queried directly (see the README):
+
+- ``memory_report_categories``: tenant_id, category, facts, avg_confidence, min_confidence,
+  max_confidence;
+- ``memory_report_confidence``: tenant_id, bucket (``'0.0-0.1'`` … ``'0.9-1.0'``, the last
+  including 1.0; empty buckets have no row), facts;
+- ``memory_report_activity``: tenant_id, day (UTC), added, updated, removed (fact events);
+- ``memory_report_largest``: tenant_id, user_id, agent_name, facts, sections (non-empty),
+  version, updated_at — one row per memory;
+- ``memory_report_queue``: tenant_id, status (``pending``/``failed``), updates, oldest_due,
+  max_attempts, leased (claimed by a worker right now).
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timedelta, timezone
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from .admin import translate_errors
+from .models import format_timestamp
+from .schema import UTCDateTime
+from .scope import Scope
+
+# The views, described for SQLAlchemy Core; deliberately not in schema.metadata, which Alembic
+# compares with the tables.
+_views = sa.MetaData()
+categories_view = sa.Table(
+    "memory_report_categories",
+    _views,
+    sa.Column("tenant_id", sa.String),
+    sa.Column("category", sa.String),
+    sa.Column("facts", sa.Integer),
+    sa.Column("avg_confidence", sa.Float),
+    sa.Column("min_confidence", sa.Float),
+    sa.Column("max_confidence", sa.Float),
+)
+confidence_view = sa.Table(
+    "memory_report_confidence",
+    _views,
+    sa.Column("tenant_id", sa.String),
+    sa.Column("bucket", sa.String),
+    sa.Column("facts", sa.Integer),
+)
+activity_view = sa.Table(
+    "memory_report_activity",
+    _views,
+    sa.Column("tenant_id", sa.String),
+    sa.Column("day", sa.Date),
+    sa.Column("added", sa.Integer),
+    sa.Column("updated", sa.Integer),
+    sa.Column("removed", sa.Integer),
+)
+largest_view = sa.Table(
+    "memory_report_largest",
+    _views,
+    sa.Column("tenant_id", sa.String),
+    sa.Column("user_id", sa.String),
+    sa.Column("agent_name", sa.String),
+    sa.Column("facts", sa.Integer),
+    sa.Column("sections", sa.Integer),
+    sa.Column("version", sa.Integer),
+    sa.Column("updated_at", UTCDateTime),
+)
+queue_view = sa.Table(
+    "memory_report_queue",
+    _views,
+    sa.Column("tenant_id", sa.String),
+    sa.Column("status", sa.String),
+    sa.Column("updates", sa.Integer),
+    sa.Column("oldest_due", UTCDateTime),
+    sa.Column("max_attempts", sa.Integer),
+    sa.Column("leased", sa.Integer),
+)
+
+BUCKETS = tuple(f"0.{i}-0.{i + 1}" for i in range(9)) + ("0.9-1.0",)
+
+
+def _int(expression: Any) -> Any:
+    # PostgreSQL's sum() of integers is numeric (a Decimal in Python): cast it back.
+    return sa.cast(sa.func.coalesce(sa.func.sum(expression), 0), sa.Integer)
+
+
+def build_report(
+    engine: Engine,
+    *,
+    tenant_id: str | None = None,
+    days: int = 14,
+    largest: int = 10,
+    today: date | None = None,
+) -> dict[str, Any]:
+    """Everything ``memory-sql report`` shows, from the views, for one tenant or (None) all.
+
+    - ``categories``: per category, facts and confidence (average, min, max), most facts first;
+    - ``confidence``: the ten buckets in order, each with its fact count (zero included);
+    - ``activity``: the last ``days`` UTC days ending ``today``, oldest first, each with facts
+      added, updated and removed (zero included);
+    - ``largest``: the ``largest`` memories by facts;
+    - ``queue``: per status, waiting updates, the oldest due time, most attempts, leased now;
+    - ``totals``: facts, memories, pending and failed updates.
+
+    Raises:
+        InvalidScopeError: ``tenant_id`` is malformed.
+        ValueError: ``days`` or ``largest`` below 1.
+        StorageError: the database failed (for instance, the views are missing: upgrade it).
+    """
+    if days < 1 or largest < 1:
+        raise ValueError("days and largest must be at least 1")
+    tenant = Scope.of(tenant_id=tenant_id).tenant_id if tenant_id is not None else None
+    today = today or datetime.now(timezone.utc).date()
+    start = today - timedelta(days=days - 1)
+
+    def where(view: sa.Table) -> Any:
+        return view.c.tenant_id == tenant if tenant is not None else sa.true()
+
+    c, b, a, g, q = categories_view, confidence_view, activity_view, largest_view, queue_view
+    facts_sum = sa.func.sum(c.c.facts)
+    categories = (
+        sa.select(
+            c.c.category,
+            _int(c.c.facts).label("facts"),
+            sa.cast(sa.func.sum(c.c.avg_confidence * c.c.facts), sa.Float).label("weighted"),
+            sa.func.min(c.c.min_confidence).label("min_confidence"),
+            sa.func.max(c.c.max_confidence).label("max_confidence"),
+        )
+        .where(where(c))
+        .group_by(c.c.category)
+        .order_by(facts_sum.desc(), c.c.category)
+    )
+    buckets = (
+        sa.select(b.c.bucket, _int(b.c.facts).label("facts")).where(where(b)).group_by(b.c.bucket)
+    )
+    activity = (
+        sa.select(
+            a.c.day,
+            _int(a.c.added).label("added"),
+            _int(a.c.updated).label("updated"),
+            _int(a.c.removed).label("removed"),
+        )
+        .where(where(a), a.c.day >= start, a.c.day <= today)
+        .group_by(a.c.day)
+    )
+    top = (
+        sa.select(g)
+        .where(where(g))
+        .order_by(g.c.facts.desc(), g.c.version.desc(), g.c.tenant_id, g.c.user_id)
+        .limit(largest)
+    )
+    memories = sa.select(sa.func.count()).select_from(g).where(where(g))
+    queue = (
+        sa.select(
+            q.c.status,
+            _int(q.c.updates).label("updates"),
+            sa.func.min(q.c.oldest_due).label("oldest_due"),
+            sa.func.max(q.c.max_attempts).label("max_attempts"),
+            _int(q.c.leased).label("leased"),
+        )
+        .where(where(q))
+        .group_by(q.c.status)
+        .order_by(q.c.status)
+    )
+
+    with translate_errors(engine, "report"), engine.connect() as conn:
+        category_rows = conn.execute(categories).all()
+        bucket_rows = dict(conn.execute(buckets).all())
+        activity_rows = {row.day: row for row in conn.execute(activity)}
+        largest_rows = conn.execute(top).all()
+        memory_count = conn.execute(memories).scalar_one()
+        queue_rows = conn.execute(queue).all()
+
+    report_categories = [
+        {
+            "category": row.category,
+            "facts": row.facts,
+            "avg_confidence": row.weighted / row.facts if row.facts else None,
+            "min_confidence": row.min_confidence,
+            "max_confidence": row.max_confidence,
+        }
+        for row in category_rows
+    ]
+    report_activity = []
+    for offset in range(days):
+        day = start + timedelta(days=offset)
+        row = activity_rows.get(day)
+        report_activity.append(
+            {
+                "day": day.isoformat(),
+                "added": row.added if row else 0,
+                "updated": row.updated if row else 0,
+                "removed": row.removed if row else 0,
+            }
+        )
+    report_queue = {
+        row.status: {
+            "updates": row.updates,
+            "oldest_due": format_timestamp(row.oldest_due) or None,
+            "max_attempts": row.max_attempts,
+            "leased": row.leased,
+        }
+        for row in queue_rows
+    }
+    return {
+        "tenant_id": tenant,
+        "totals": {
+            "facts": sum(row["facts"] for row in report_categories),
+            "memories": memory_count,
+            "pending_updates": report_queue.get("pending", {}).get("updates", 0),
+            "failed_updates": report_queue.get("failed", {}).get("updates", 0),
+        },
+        "categories": report_categories,
+        "confidence": [{"bucket": name, "facts": bucket_rows.get(name, 0)} for name in BUCKETS],
+        "activity": report_activity,
+        "largest": [
+            {
+                "tenant_id": row.tenant_id,
+                "user_id": row.user_id,
+                "agent_name": row.agent_name or None,
+                "facts": row.facts,
+                "sections": row.sections,
+                "version": row.version,
+                "updated_at": format_timestamp(row.updated_at),
+            }
+            for row in largest_rows
+        ],
+        "queue": report_queue,
+    }
+
+
+__all__ = ["BUCKETS", "build_report"]
