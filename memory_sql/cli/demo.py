@@ -1,59 +1,254 @@
-"""``memory-sql demo``: the system at work on a SQLite file, with no setup."""
+"""``memory-sql demo``: the whole pipeline at work on a fresh SQLite file, with no setup."""
 
 from __future__ import annotations
 
-import json
+from contextlib import ExitStack
+from pathlib import Path
 from typing import Annotated
 
+import sqlalchemy as sa
 import typer
+from pydantic import SecretStr
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from .. import migrations
+from ..config import MemoryConfig
 from ..database import create_engine, redacted, resolve_url
-from ..models import Fact, MemoryDocument
-from ..storage import open_storage
-from ._common import app, command, out
+from ..demo import SampleConversation, load_conversations
+from ..demo.replay import MODEL, ReplayLLM, load_recordings
+from ..errors import MemorySQLError
+from ..intake import filter_messages_for_memory
+from ..models import MemoryDocument
+from ..prompt import SECTION_KEYS
+from ..scope import Scope
+from ..service import MemoryService
+from ..signals import detect_signals
+from ._common import ConfigOption, app, command, load_config, out
+from .run import leftover_updates
+
+DEFAULT_URL = "sqlite:///memory_sql_demo.db"
 
 
 @command(app, "demo")
 def demo(
     url: Annotated[
-        str, typer.Option("--url", help="Where to store the demo memory.")
-    ] = "sqlite:///memory_sql_demo.db",
+        str,
+        typer.Option(
+            "--url", help="The SQLite file to (re)create for the demo, as sqlite:///path.db."
+        ),
+    ] = DEFAULT_URL,
+    config: ConfigOption = None,
+    replay: Annotated[
+        bool,
+        typer.Option(
+            "--replay", help="Replay the recorded model responses even if an LLM is configured."
+        ),
+    ] = False,
 ) -> None:
-    """Store a sample memory on a SQLite file, read it back, and show it.
+    """Feed sample conversations through the real pipeline and show the memory.
+
+    English and Chinese conversations, one with a correction, go through
+    filter, signals, queue, updater, LLM and save on a fresh SQLite file
+    (deleted and recreated each run); then the facts, the sections and the
+    block an agent's prompt would get are shown. With an LLM configured
+    (model_name and llm_base_url, or OPENAI_MODEL and OPENAI_API_KEY) the demo
+    asks it; with none it replays recorded model responses through a local
+    chat-completions server.
 
     Example:
         memory-sql demo
+        OPENAI_API_KEY=sk-... OPENAI_MODEL=gpt-4o-mini memory-sql demo
     """
+    path = _fresh_sqlite_file(url)
+    settings = load_config(config).model_copy(
+        update={
+            "storage": url,
+            "storage_class": None,
+            "debounce_seconds": 0.0,
+            "max_debounce_seconds": 0.0,
+            "enabled": True,
+        }
+    )
     engine = create_engine(url)
     try:
         migrations.upgrade(engine)
     finally:
         engine.dispose()
-    scope = {"user_id": "demo-user", "agent_name": "coder"}
-    with open_storage(resolve_url(url).render_as_string(hide_password=False)) as storage:
-        doc = storage.load(**scope)
-        doc.user.work_context.summary = "Backend engineer building data pipelines in Python."
-        doc.user.top_of_mind.summary = "Moving a memory service from JSON files to PostgreSQL."
-        for content, category, confidence in [
-            ("Prefers concise answers with code first", "preference", 0.92),
-            ("Works mostly with PostgreSQL and SQLAlchemy", "context", 0.85),
-            ("喜欢用中文讨论架构设计", "preference", 0.8),
-        ]:
-            if all(f.key != Fact(content=content).key for f in doc.facts):
-                doc.facts.append(Fact(content=content, category=category, confidence=confidence))
-        version = storage.save(doc, **scope)
-        stored = storage.load(**scope)
-    out.print(f"Stored the memory of demo-user/coder in {redacted(resolve_url(url))}")
-    out.print(f"version {version}; loaded back: {_describe(stored)}")
-    table = Table("category", "confidence", "fact")
-    for fact in sorted(stored.facts, key=lambda f: -f.confidence):
-        table.add_row(fact.category, f"{fact.confidence:.2f}", fact.content)
-    out.print(table)
-    out.print_json(json.dumps(stored.to_deerflow(), ensure_ascii=False))
+    out.print(f"memory_sql demo: a fresh memory in {path}", highlight=False)
+    with ExitStack() as stack:
+        if replay or not _llm_configured(settings):
+            server = stack.enter_context(ReplayLLM(load_recordings()))
+            settings = settings.model_copy(
+                update={
+                    "model_name": MODEL,
+                    "llm_base_url": server.base_url,
+                    "llm_api_key": SecretStr("not-needed"),
+                    "llm_max_retries": 0,
+                    "llm_timeout_seconds": 10.0,
+                }
+            )
+            why = "--replay" if replay else "no LLM configured"
+            out.print(
+                f"[bold yellow]{why}: replaying recorded responses[/bold yellow] "
+                f"(memory_sql/demo/recorded_responses.json, served at {server.base_url}); "
+                "set model_name and llm_base_url, or OPENAI_MODEL and OPENAI_API_KEY, to use a "
+                "real model",
+                highlight=False,
+            )
+        else:
+            where = redacted(settings.llm_base_url or "https://api.openai.com/v1")
+            out.print(f"LLM: model {settings.model_name} at {where}", highlight=False)
+        service = stack.enter_context(MemoryService(settings))
+        conversations = load_conversations()
+        for number, sample in enumerate(conversations, 1):
+            _feed(service, sample, number, len(conversations), settings)
+        first = conversations[0]
+        _show(service, first)
+        scope = Scope.of(user_id=first.user_id, agent_name=first.agent_name)
+    out.print(
+        f"\nStored in {path}. Try: memory-sql context --url {url} --user {scope.user_id}"
+        + (f" --agent {scope.agent_name}" if scope.agent_name else ""),
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
-def _describe(doc: MemoryDocument) -> str:
-    sections = sum(1 for s in doc.sections().values() if s.summary)
-    return f"{sections} sections, {len(doc.facts)} facts"
+def _fresh_sqlite_file(url: str) -> Path:
+    """Delete the demo's SQLite file (and its -wal, -shm), refusing one holding other data."""
+    parsed = resolve_url(url)
+    database = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:":
+        raise ValueError(
+            f"the demo recreates a SQLite file: give --url sqlite:///path.db, not "
+            f"{redacted(parsed)}"
+        )
+    path = Path(database)
+    if path.exists() and path.stat().st_size > 0:
+        _check_is_demo(url, path)
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    return path
+
+
+def _check_is_demo(url: str, path: Path) -> None:
+    demo_users = {c.user_id for c in load_conversations()}
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            tables = set(sa.inspect(conn).get_table_names())
+            if "memory_scopes" not in tables:
+                raise MemorySQLError(
+                    f"{path} exists and is not a memory_sql demo database; not deleting it "
+                    "(choose another --url)"
+                )
+            users = {row[0] for row in conn.execute(sa.text("SELECT user_id FROM memory_scopes"))}
+            if "memory_pending_updates" in tables:
+                rows = conn.execute(sa.text("SELECT user_id FROM memory_pending_updates"))
+                users |= {row[0] for row in rows}
+    except sa.exc.DatabaseError as exc:
+        raise MemorySQLError(
+            f"{path} exists and cannot be read as SQLite ({exc.orig}); not deleting it"
+        ) from None
+    finally:
+        engine.dispose()
+    others = users - demo_users
+    if others:
+        raise MemorySQLError(
+            f"{path} holds the memories of other users ({', '.join(sorted(others)[:3])}…); "
+            "not deleting it (choose another --url)"
+        )
+
+
+def _llm_configured(settings: MemoryConfig) -> bool:
+    """A model, and somewhere to send it: a base URL, or an API key for OpenAI's own API.
+    (from_env / from_yaml already folded OPENAI_* into the settings.)"""
+    return bool(settings.model_name) and bool(settings.llm_base_url or settings.llm_api_key)
+
+
+def _feed(
+    service: MemoryService,
+    sample: SampleConversation,
+    number: int,
+    total: int,
+    settings: MemoryConfig,
+) -> None:
+    scope = {"user_id": sample.user_id, "agent_name": sample.agent_name}
+    kept = filter_messages_for_memory(sample.messages)
+    found = detect_signals(kept)
+    signals = [name for name in ("correction", "reinforcement") if getattr(found, name)]
+    out.print(
+        f"\n[bold][{number}/{total}] {escape(sample.title)}[/bold] ({escape(sample.language)}; "
+        f"thread {escape(sample.thread_id)}): {len(sample.messages)} messages, "
+        f"{len(kept)} kept after filtering"
+        + (f"; [magenta]{' + '.join(signals)} detected[/magenta]" if signals else ""),
+        highlight=False,
+    )
+    before = service.storage.load(**scope)
+    if not service.after_agent(sample.messages, thread_id=sample.thread_id, **scope):
+        raise MemorySQLError(f"the sample conversation {sample.id!r} could not be queued")
+    timeout = (settings.llm_max_retries + 1) * settings.llm_timeout_seconds + 10
+    service.flush(timeout=timeout)
+    left = leftover_updates(service, [(Scope.of(**scope), sample.thread_id)])
+    if left:
+        hint = "" if settings.model_name == MODEL else " (try --replay)"
+        raise MemorySQLError(f"the update failed: {left[0]}{hint}")
+    after = service.storage.load(**scope)
+    _print_changes(before, after)
+
+
+def _print_changes(before: MemoryDocument, after: MemoryDocument) -> None:
+    old = {f.id: f for f in before.facts}
+    new = {f.id: f for f in after.facts}
+    for fact in after.facts:
+        if fact.id not in old:
+            line = Text("  + ", style="green")
+            line.append(f"[{fact.category} {fact.confidence:.2f}] {fact.content}")
+            out.print(line, soft_wrap=True)
+    for fact in before.facts:
+        if fact.id not in new:
+            line = Text("  - ", style="red")
+            line.append(f"[{fact.category} {fact.confidence:.2f}] {fact.content}", style="strike")
+            out.print(line, soft_wrap=True)
+    changed = [
+        SECTION_KEYS[name]
+        for name, section in after.sections().items()
+        if section.summary != before.sections()[name].summary
+    ]
+    if changed:
+        out.print(f"  ~ sections rewritten: {', '.join(changed)}", style="cyan", highlight=False)
+    if not changed and len(old) == len(new) and old.keys() == new.keys():
+        out.print("  (nothing new to remember)", style="dim")
+    out.print(f"  memory version {after.version}", style="dim", highlight=False)
+
+
+def _show(service: MemoryService, sample: SampleConversation) -> None:
+    scope = {"user_id": sample.user_id, "agent_name": sample.agent_name}
+    doc = service.storage.load(**scope)
+    facts = Table(
+        title=f"Facts of {Scope.of(**scope)} (version {doc.version})", title_justify="left"
+    )
+    facts.add_column("category")
+    facts.add_column("confidence")
+    facts.add_column("fact", overflow="fold", ratio=3)
+    facts.add_column("avoid", overflow="fold", ratio=2)
+    for fact in sorted(doc.facts, key=lambda f: (-f.confidence, f.category)):
+        facts.add_row(
+            Text(fact.category, style="bold red" if fact.category == "correction" else ""),
+            f"{fact.confidence:.2f}",
+            Text(fact.content),
+            Text(fact.source_error or ""),
+        )
+    out.print()
+    out.print(facts)
+    sections = Table(title="Sections", title_justify="left")
+    sections.add_column("section")
+    sections.add_column("summary", overflow="fold")
+    for name, section in doc.sections().items():
+        if section.summary:
+            sections.add_row(SECTION_KEYS[name], Text(section.summary))
+    out.print(sections)
+    out.rule("What the agent's system prompt gets (memory_context)")
+    out.print(service.memory_context(**scope), markup=False, highlight=False, soft_wrap=True)
+    out.rule()

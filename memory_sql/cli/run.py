@@ -1,3 +1,554 @@
-"""``memory-sql run`` commands (being written)."""
+"""``memory-sql ingest | context | worker``: feed conversations, read the memory block, run
+the updates in the foreground."""
 
 from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import sqlalchemy as sa
+import typer
+from rich.logging import RichHandler
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ..database import redacted
+from ..errors import MemorySQLError
+from ..intake import filter_messages_for_memory, has_minimum_dialogue
+from ..messages import normalize_messages
+from ..schema import memory_pending_updates as pending
+from ..scope import Scope, check_thread_id
+from ..service import MemoryService
+from ._common import ConfigOption, UrlOption, app, command, err, load_config, out
+
+UserOption = Annotated[str, typer.Option("--user", help="The user whose memory it is.")]
+AgentOption = Annotated[
+    str | None,
+    typer.Option("--agent", help="The agent's name (default: the memory of unnamed agents)."),
+]
+TenantOption = Annotated[
+    str | None, typer.Option("--tenant", help="The tenant (default: 'default').")
+]
+
+_ID_KEYS = {
+    "thread_id": ("thread_id", "threadId"),
+    "user_id": ("user_id", "userId"),
+    "agent_name": ("agent_name", "agentName"),
+    "tenant_id": ("tenant_id", "tenantId"),
+}
+
+
+# ingest ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """One conversation read from a file, ready for ``after_agent``."""
+
+    label: str  # "chats.jsonl:3", for messages
+    messages: list[Any]
+    thread_id: str
+    scope: Scope
+
+
+class Skip(ValueError):
+    """A conversation that cannot be queued; the message names where it came from."""
+
+
+@command(app, "ingest")
+def ingest(
+    file: Annotated[
+        Path,
+        typer.Argument(
+            help="A conversation as JSON (a list of messages), a .jsonl file of conversations "
+            "(one a line), or a folder of such files.",
+            show_default=False,
+        ),
+    ],
+    user: Annotated[
+        str | None,
+        typer.Option(
+            "--user",
+            help="The user whose memory it is; required unless every conversation names "
+            "its user_id.",
+            show_default=False,
+        ),
+    ] = None,
+    agent: AgentOption = None,
+    thread: Annotated[
+        str | None,
+        typer.Option(
+            "--thread",
+            help="Thread id of the conversation (default: the file name; with a .jsonl file "
+            "or a folder, a prefix: THREAD:line).",
+            show_default=False,
+        ),
+    ] = None,
+    tenant: TenantOption = None,
+    no_wait: Annotated[
+        bool,
+        typer.Option(
+            "--no-wait", help="Queue the conversations and return; a worker updates them later."
+        ),
+    ] = False,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=1, help="Seconds to wait for the updates.")
+    ] = 300.0,
+    url: UrlOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Queue conversations for a memory update (after_agent), then wait for it.
+
+    FILE holds one conversation: a JSON list of OpenAI- or LangChain-style
+    messages, or an object {"messages": [...], "thread_id": ..., "user_id": ...}.
+    A .jsonl file holds one conversation a line, in either form; a folder is
+    read file by file (*.json, *.jsonl). A file or line that is not valid JSON
+    or not a list of messages is reported and skipped, and the exit status is 1.
+
+    Example:
+        memory-sql ingest chat.json --user alice --agent coder
+        memory-sql ingest conversations.jsonl --user alice --no-wait
+    """
+    settings = load_config(config, url)
+    if not settings.enabled:
+        raise MemorySQLError("memory is disabled in the config (enabled: false); not queued")
+    many = file.is_dir() or file.suffix.lower() == ".jsonl"
+    defaults = {"user_id": user, "agent_name": agent, "tenant_id": tenant}
+    Scope.of(user_id=user, agent_name=agent, tenant_id=tenant)  # refuse a bad --user now
+    if not many:
+        conversation = read_conversation(file, thread or file.stem, defaults)
+        with (
+            _logging(logging.WARNING, quiet_updates=True),
+            MemoryService(settings, start=not no_wait) as service,
+        ):
+            queued = _queue(service, [conversation], progress=None)
+            _finish(service, queued, invalid=0, no_wait=no_wait, timeout=timeout)
+        return
+
+    sources = _files(file)
+    items: list[Conversation | Skip] = []
+    for path in sources:
+        prefix = _thread_prefix(path, file, thread)
+        if path.suffix.lower() == ".jsonl":
+            items.extend(read_jsonl(path, prefix, defaults))
+        else:
+            try:
+                items.append(read_conversation(path, prefix, defaults))
+            except Skip as exc:
+                items.append(exc)
+    conversations = [item for item in items if isinstance(item, Conversation)]
+    invalid = len(items) - len(conversations)
+    for item in items:
+        if isinstance(item, Skip):
+            err.print(f"[red]skipped:[/red] {escape(str(item))}", highlight=False, soft_wrap=True)
+    if not conversations:
+        raise MemorySQLError(f"{file}: no valid conversation in {len(items)}; nothing queued")
+    with (
+        _logging(logging.WARNING, quiet_updates=True),
+        MemoryService(settings, start=not no_wait) as service,
+    ):
+        with Progress(
+            TextColumn("queueing"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err,
+        ) as progress:
+            queued = _queue(service, conversations, progress=progress)
+        _finish(service, queued, invalid=invalid, no_wait=no_wait, timeout=timeout)
+
+
+def read_conversation(path: Path, thread_id: str, defaults: dict[str, str | None]) -> Conversation:
+    """The conversation in the JSON file ``path``.
+
+    Raises:
+        Skip: the file cannot be read, is not JSON, or does not hold a valid conversation.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise Skip(f"{path}: not UTF-8 text; not queued") from None
+    except OSError as exc:
+        raise Skip(f"{path}: cannot read it ({exc.strerror or exc}); not queued") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise Skip(
+            f"{path}:{exc.lineno}: not valid JSON ({exc.msg}, column {exc.colno}); not queued"
+        ) from None
+    return _conversation(data, str(path), thread_id, defaults)
+
+
+def read_jsonl(
+    path: Path, prefix: str, defaults: dict[str, str | None]
+) -> Iterator[Conversation | Skip]:
+    """Each non-blank line of ``path`` as a conversation, or a :class:`Skip` saying why not."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError:
+        yield Skip(f"{path}: not UTF-8 text; nothing queued from it")
+        return
+    except OSError as exc:
+        yield Skip(f"{path}: cannot read it ({exc.strerror or exc}); nothing queued from it")
+        return
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        label = f"{path}:{number}"
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as exc:
+            yield Skip(f"{label}: not valid JSON ({exc.msg}, column {exc.colno}); not queued")
+            continue
+        try:
+            yield _conversation(data, label, f"{prefix}:{number}", defaults)
+        except Skip as exc:
+            yield exc
+
+
+def _conversation(
+    data: Any, label: str, thread_id: str, defaults: dict[str, str | None]
+) -> Conversation:
+    ids = dict(defaults)
+    ids["thread_id"] = thread_id
+    if isinstance(data, dict):
+        if not isinstance(data.get("messages"), list):
+            raise Skip(f'{label}: an object needs a "messages" list; not queued')
+        for name, keys in _ID_KEYS.items():
+            for key in keys:
+                if data.get(key) is not None:
+                    if not isinstance(data[key], str):
+                        raise Skip(f"{label}: {key} must be a string; not queued")
+                    ids[name] = data[key]
+        messages = data["messages"]
+    elif isinstance(data, list):
+        messages = data
+    else:
+        raise Skip(
+            f"{label}: expected a list of messages (or an object with one), "
+            f"got {type(data).__name__}; not queued"
+        )
+    if ids["user_id"] is None:
+        raise Skip(f"{label}: no user: pass --user or give a user_id; not queued")
+    try:
+        normalize_messages(messages)
+        scope = Scope.of(
+            user_id=ids["user_id"], agent_name=ids["agent_name"], tenant_id=ids["tenant_id"]
+        )
+        check_thread_id(ids["thread_id"])
+    except MemorySQLError as exc:
+        raise Skip(f"{label}: {exc}; not queued") from None
+    return Conversation(label, messages, str(ids["thread_id"]), scope)
+
+
+def _files(folder: Path) -> list[Path]:
+    if not folder.is_dir():
+        return [folder]
+    found = sorted(
+        p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in (".json", ".jsonl")
+    )
+    if not found:
+        raise MemorySQLError(f"{folder}: no .json or .jsonl file in this folder")
+    return found
+
+
+def _thread_prefix(path: Path, given: Path, thread: str | None) -> str:
+    if thread is None:
+        return path.stem
+    return thread if path == given else f"{thread}:{path.stem}"
+
+
+@dataclass
+class _Queued:
+    conversations: int = 0
+    nothing_to_learn: int = 0
+    keys: set[tuple[Scope, str]] | None = None
+
+
+def _queue(
+    service: MemoryService, conversations: Sequence[Conversation], progress: Progress | None
+) -> _Queued:
+    result = _Queued(keys=set())
+    assert result.keys is not None
+    task = progress.add_task("queue", total=len(conversations)) if progress else None
+    for item in conversations:
+        if not has_minimum_dialogue(filter_messages_for_memory(item.messages)):
+            result.nothing_to_learn += 1
+            (progress.console if progress else err).print(
+                f"[yellow]nothing to learn:[/yellow] {escape(item.label)} has no user turn "
+                "with an assistant reply left after filtering; not queued",
+                highlight=False,
+                soft_wrap=True,
+            )
+        elif service.after_agent(
+            item.messages,
+            thread_id=item.thread_id,
+            user_id=item.scope.user_id,
+            agent_name=item.scope.agent_name,
+            tenant_id=item.scope.tenant_id,
+        ):
+            result.conversations += 1
+            result.keys.add((item.scope, item.thread_id))
+        else:  # the queue refused it: the warning logged says why
+            raise MemorySQLError(f"{item.label}: could not be queued (see the warning above)")
+        if progress is not None and task is not None:
+            progress.advance(task)
+    return result
+
+
+def _finish(
+    service: MemoryService, queued: _Queued, *, invalid: int, no_wait: bool, timeout: float
+) -> None:
+    keys = queued.keys or set()
+    updates = len(keys)
+    summary = f"queued {_plural(queued.conversations, 'conversation')}"
+    if updates != queued.conversations:
+        summary += f" as {_plural(updates, 'update')} (one per thread; the latest wins)"
+    skipped = invalid + queued.nothing_to_learn
+    if skipped:
+        summary += f", skipped {skipped} ({invalid} invalid, {queued.nothing_to_learn} with "
+        summary += "nothing to learn)"
+    out.print(summary, highlight=False)
+    if no_wait:
+        if updates:
+            out.print(
+                f"left pending (--no-wait): {_plural(updates, 'update')} "
+                f"{'waits' if updates == 1 else 'wait'} in the queue for `memory-sql worker` "
+                "or the next service that starts",
+                highlight=False,
+            )
+    elif updates:
+        with err.status(f"waiting for {_plural(updates, 'memory update')}…"):
+            service.flush(timeout=timeout)
+        left = leftover_updates(service, keys)
+        for line in left:
+            err.print(f"[red]not updated:[/red] {escape(line)}", highlight=False, soft_wrap=True)
+        done = updates - len(left)
+        out.print(f"updated: {done} of {_plural(updates, 'memory update')} done", highlight=False)
+        for scope in sorted({scope for scope, _ in keys}, key=str)[:10]:
+            doc = service.storage.load(
+                user_id=scope.user_id, agent_name=scope.agent_name, tenant_id=scope.tenant_id
+            )
+            out.print(f"  {scope}: {_plural(len(doc.facts), 'fact')}, version {doc.version}")
+        if left:
+            raise typer.Exit(1)
+    if invalid:
+        raise typer.Exit(1)
+
+
+def leftover_updates(service: MemoryService, keys: Iterable[tuple[Scope, str]]) -> list[str]:
+    """One line for each of ``keys`` still in the queue: its state and last error."""
+    wanted = [(s.tenant_id, s.user_id, s.agent_key, thread) for s, thread in keys]
+    columns = (pending.c.tenant_id, pending.c.user_id, pending.c.agent_name, pending.c.thread_id)
+    lines = []
+    with service.queue.engine.connect() as conn:
+        for start in range(0, len(wanted), 500):
+            rows = conn.execute(
+                sa.select(
+                    *columns, pending.c.status, pending.c.attempts, pending.c.last_error
+                ).where(sa.tuple_(*columns).in_(wanted[start : start + 500]))
+            )
+            for row in rows:
+                scope = f"{row.tenant_id}/{row.user_id}/{row.agent_name or '-'}"
+                where = f"{scope} thread {row.thread_id}"
+                if row.status == "failed":
+                    state = f"failed after {row.attempts} attempts"
+                elif row.last_error:
+                    state = f"attempt {row.attempts} failed, will retry"
+                else:
+                    state = "still pending (timed out waiting)"
+                error = f": {row.last_error}" if row.last_error else ""
+                lines.append(f"{where}: {state}{error}")
+    return sorted(lines)
+
+
+# context ---------------------------------------------------------------------------------------
+
+
+@command(app, "context")
+def context(
+    user: UserOption,
+    agent: AgentOption = None,
+    tenant: TenantOption = None,
+    url: UrlOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Print the memory block an agent's system prompt gets for USER (memory_context).
+
+    Example:
+        memory-sql context --user alice --agent coder
+    """
+    settings = load_config(config, url)
+    with _logging(logging.WARNING), MemoryService(settings, start=False) as service:
+        # Loaded here first so that a database problem is an error, not an empty block.
+        doc = service.storage.load(user_id=user, agent_name=agent, tenant_id=tenant)
+        block = service.memory_context(user_id=user, agent_name=agent, tenant_id=tenant)
+    scope = Scope.of(user_id=user, agent_name=agent, tenant_id=tenant)
+    if not settings.enabled:
+        err.print(f"memory is disabled (enabled: false): no block for {scope}")
+    elif not block:
+        state = "empty" if doc.is_empty() else "nothing to show"
+        err.print(f"the memory of {scope} is {state}: no block to inject", highlight=False)
+    else:
+        out.print(block, markup=False, highlight=False, soft_wrap=True)
+
+
+# worker ----------------------------------------------------------------------------------------
+
+
+@command(app, "worker")
+def worker(
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            "--workers", min=1, max=32, help="Update threads (default: the config's workers)."
+        ),
+    ] = None,
+    status_every: Annotated[
+        float,
+        typer.Option(
+            "--status-every",
+            min=0.1,
+            help="Seconds between status lines (printed when something changed).",
+        ),
+    ] = 30.0,
+    shutdown_timeout: Annotated[
+        float,
+        typer.Option(
+            "--shutdown-timeout",
+            min=0,
+            help="On SIGTERM/SIGINT, seconds to wait for updates in flight.",
+        ),
+    ] = 30.0,
+    url: UrlOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Run queued memory updates in the foreground until SIGTERM or Ctrl-C.
+
+    Any number of workers (and services) can share one database: each claims
+    due updates with a lease. On SIGTERM/SIGINT the worker stops claiming,
+    waits for the updates in flight and leaves the rest queued.
+
+    Example:
+        memory-sql worker --url postgresql://postgres@127.0.0.1/memory --workers 4
+    """
+    settings = load_config(config, url)
+    if workers is not None:
+        settings = settings.model_copy(update={"workers": workers})  # range checked above
+    stop = threading.Event()
+    received: list[str] = []
+
+    def on_signal(number: int, _frame: Any) -> None:
+        received.append(signal.Signals(number).name)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with _logging(logging.INFO):
+            service = MemoryService(settings, start=True)
+            try:
+                out.print(
+                    f"worker started: {redacted(settings.storage)}, "
+                    f"{_plural(settings.workers, 'thread')}; {_status_line(service.status())}",
+                    highlight=False,
+                )
+                if not service.updater.llm.model:
+                    err.print(
+                        "[yellow]no memory LLM model configured (model_name, "
+                        "MEMORY_SQL_MODEL_NAME or OPENAI_MODEL): every update will fail[/yellow]"
+                    )
+                last = service.status()
+                while not stop.wait(status_every):
+                    now = service.status()
+                    if now != last:
+                        out.print(_status_line(now), highlight=False)
+                        last = now
+                signal_name = received[0] if received else "stop"
+                out.print(
+                    f"{signal_name}: stopping; waiting up to {shutdown_timeout:g} s for "
+                    f"{_plural(service.status()['in_flight'], 'update')} in flight",
+                    highlight=False,
+                )
+                started = time.monotonic()
+                finished = service.worker.stop(shutdown_timeout)
+                left = service.status()
+            finally:
+                service.close(timeout=0)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    took = time.monotonic() - started
+    if not finished:
+        err.print(
+            f"[yellow]{_plural(left['in_flight'], 'update')} still running after "
+            f"{shutdown_timeout:g} s were abandoned; their rows run again when the lease "
+            f"expires ({settings.lease_seconds:g} s)[/yellow]"
+        )
+    out.print(
+        f"worker stopped in {took:.1f} s: {_status_line(left)}; "
+        f"{_plural(left['pending'], 'update')} left pending for the next start",
+        highlight=False,
+    )
+
+
+def _status_line(status: dict[str, int]) -> str:
+    return (
+        f"pending {status['pending']}, running {status['in_flight']}, "
+        f"done {status['completed']}, failed runs {status['failed_runs']}, "
+        f"given up {status['failed']}"
+    )
+
+
+# shared ----------------------------------------------------------------------------------------
+
+
+@contextmanager
+def _logging(level: int, *, quiet_updates: bool = False) -> Iterator[None]:
+    """memory_sql's log records on stderr, one line each (no tracebacks), while in the block.
+
+    ``quiet_updates`` leaves out the worker's and updater's warnings about failed updates,
+    for commands that report those themselves."""
+    logger = logging.getLogger("memory_sql")
+    handler = _OneLineHandler(
+        console=err, show_path=False, markup=False, rich_tracebacks=False, level=level
+    )
+    if quiet_updates:
+        handler.addFilter(
+            lambda r: r.levelno >= logging.ERROR or not r.name.startswith(_UPDATE_LOGGERS)
+        )
+    before = logger.level
+    logger.addHandler(handler)
+    if logger.level == logging.NOTSET or logger.level > level:
+        logger.setLevel(level)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(before)
+
+
+_UPDATE_LOGGERS = ("memory_sql.worker", "memory_sql.updater", "memory_sql.llm")
+
+
+class _OneLineHandler(RichHandler):
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            record = logging.makeLogRecord(record.__dict__)
+            record.msg = f"{record.getMessage()}: {type(exc).__name__}: {exc}"
+            record.args = None
+            record.exc_info = None
+            record.exc_text = None
+        super().emit(record)
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
