@@ -66,7 +66,7 @@ MAX_REMOVALS = 10_000
 _REQUIRED = ("user", "history", "newFacts")
 _KEY_ALIASES = {"user": ("user",), "history": ("history",), "newFacts": ("newFacts", "new_facts")}
 _KNOWN_KEYS = frozenset({"user", "history", "newFacts", "new_facts", "factsToRemove"})
-_THINK_BLOCK = re.compile(r"<think(?:ing)?>.*?</think(?:ing)?>", re.DOTALL | re.IGNORECASE)
+_THINK_START = re.compile(r"<think(?:ing)?>", re.IGNORECASE)
 _THINK_END = re.compile(r"</think(?:ing)?>", re.IGNORECASE)
 _FENCE_OPEN = re.compile(r"\A```[\w-]*\s*")
 # Where an object may start: "{" then a key or "}".
@@ -235,7 +235,17 @@ def parse_update(text: str) -> MemoryUpdate:
 def _drop_reasoning(text: str) -> str:
     if "think" not in text.lower():
         return text
-    text = _THINK_BLOCK.sub("", text)
+    # Each block ends at the first closing tag after it; scanning on from there keeps hostile
+    # replies (thousands of opening tags) linear, where a lazy regex would be quadratic.
+    kept, position = [], 0
+    while (start := _THINK_START.search(text, position)) is not None:
+        end = _THINK_END.search(text, start.end())
+        if end is None:
+            break
+        kept.append(text[position : start.start()])
+        position = end.end()
+    kept.append(text[position:])
+    text = "".join(kept)
     ends = list(_THINK_END.finditer(text))
     return text[ends[-1].end() :] if ends else text
 

@@ -238,9 +238,11 @@ class MemoryMiddleware(AgentMiddleware):
         user_id_key: str = "user_id",
         tenant_id_key: str = "tenant_id",
         agent_name_key: str = "agent_name",
+        timeout: float = 5.0,
     ) -> None:
         super().__init__()
         self.service = service
+        self.timeout = timeout
         self._ids = _IdReader(
             agent_name=agent_name,
             thread_id_key=thread_id_key,
@@ -257,8 +259,13 @@ class MemoryMiddleware(AgentMiddleware):
         return None
 
     async def aafter_agent(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        # The agent waits at most ``timeout`` seconds; a slow database finishes queueing alone.
         try:
-            await asyncio.to_thread(self._enqueue, state, self._ids.read(runtime))
+            await asyncio.wait_for(
+                asyncio.to_thread(self._enqueue, state, self._ids.read(runtime)), self.timeout
+            )
+        except asyncio.TimeoutError:
+            logger.warning("memory: queueing the conversation took over %.1f s", self.timeout)
         except Exception:
             logger.exception("memory: after_agent hook failed; the conversation is not queued")
         return None
