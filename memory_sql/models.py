@@ -76,6 +76,25 @@ def check_text(value: str, *, max_chars: int = MAX_TEXT_CHARS) -> str:
     return value
 
 
+def clean_content(value: str) -> str:
+    """Fact text as stored: checked (:func:`check_text`), stripped, and not empty."""
+    value = check_text(value).strip()
+    if not value:
+        raise ValueError("fact content is empty")
+    return value
+
+
+def clean_category(value: Any) -> Any:
+    """A category as stored: stripped, lower-cased, ``context`` when missing, a short label."""
+    if value is None:
+        return "context"
+    if isinstance(value, str):
+        value = value.strip().lower() or "context"
+        if not CATEGORY_PATTERN.fullmatch(value):
+            raise ValueError(f"category {value[:40]!r} is not a label (^[a-z0-9_-]{{1,32}}$)")
+    return value
+
+
 def _as_utc(value: Any) -> Any:
     if value in ("", None):
         return None
@@ -202,24 +221,8 @@ class Fact(_Model):
             raise ValueError("fact id must match ^[A-Za-z0-9_-]{1,64}$")
         return value
 
-    @field_validator("content")
-    @classmethod
-    def _content(cls, value: str) -> str:
-        value = check_text(value).strip()
-        if not value:
-            raise ValueError("fact content is empty")
-        return value
-
-    @field_validator("category", mode="before")
-    @classmethod
-    def _category(cls, value: Any) -> Any:
-        if value is None:
-            return "context"
-        if isinstance(value, str):
-            value = value.strip().lower() or "context"
-            if not CATEGORY_PATTERN.fullmatch(value):
-                raise ValueError("category must match ^[a-z0-9_-]{1,32}$")
-        return value
+    _content = field_validator("content")(clean_content)
+    _category = field_validator("category", mode="before")(clean_category)
 
     @field_validator("confidence", mode="before")
     @classmethod

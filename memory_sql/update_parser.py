@@ -55,7 +55,7 @@ from pydantic import (
 )
 
 from .errors import InvalidUpdateError
-from .models import CATEGORY_PATTERN, HISTORY_SECTIONS, USER_SECTIONS, check_text
+from .models import HISTORY_SECTIONS, USER_SECTIONS, check_text, clean_category, clean_content
 
 MAX_REPLY_CHARS = 2_000_000
 MAX_JSON_CHARS = 300_000
@@ -131,24 +131,8 @@ class NewFact(_Strict):
         default=None, validation_alias=AliasChoices("sourceError", "source_error")
     )
 
-    @field_validator("content")
-    @classmethod
-    def _content(cls, value: str) -> str:
-        value = check_text(value).strip()
-        if not value:
-            raise ValueError("content is empty")
-        return value
-
-    @field_validator("category", mode="before")
-    @classmethod
-    def _category(cls, value: Any) -> Any:
-        if value is None:
-            return "context"
-        if isinstance(value, str):
-            value = value.strip().lower() or "context"
-            if not CATEGORY_PATTERN.fullmatch(value):
-                raise ValueError(f"category {value[:40]!r} is not a label (^[a-z0-9_-]{{1,32}}$)")
-        return value
+    _content = field_validator("content")(clean_content)
+    _category = field_validator("category", mode="before")(clean_category)
 
     @field_validator("confidence", mode="before")
     @classmethod
