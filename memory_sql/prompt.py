@@ -185,20 +185,42 @@ def format_conversation(conversation: Sequence[Message]) -> str:
     blocks: list[str] = []
     used = 0
     for position in range(len(conversation) - 1, -1, -1):
-        message = conversation[position]
-        if message.role not in ("user", "assistant"):
+        block = _block(conversation[position])
+        if block is None:
             continue
-        text = message.text.strip()
-        if not text:
-            continue
-        speaker = "User" if message.role == "user" else "Assistant"
-        block = f"{speaker}: {_escape(shorten(text))}"
         if blocks and used + len(block) > MAX_CONVERSATION_CHARS:
             blocks.append(f"[{position + 1} earlier messages omitted]")
             break
         blocks.append(block)
         used += len(block) + 2
     return "\n\n".join(reversed(blocks))
+
+
+def split_conversation(conversation: Sequence[Message]) -> list[list[Message]]:
+    """``conversation`` cut, in order, into parts that each fit :func:`format_conversation`
+    whole: for messages that are all new to memory (a summarization flush), where leaving the
+    oldest out would lose them."""
+    parts: list[list[Message]] = [[]]
+    used = 0
+    for message in conversation:
+        block = _block(message)
+        size = 0 if block is None else len(block) + 2
+        if parts[-1] and used + size > MAX_CONVERSATION_CHARS:
+            parts.append([])
+            used = 0
+        parts[-1].append(message)
+        used += size
+    return [part for part in parts if part]
+
+
+def _block(message: Message) -> str | None:
+    if message.role not in ("user", "assistant"):
+        return None
+    text = message.text.strip()
+    if not text:
+        return None
+    speaker = "User" if message.role == "user" else "Assistant"
+    return f"{speaker}: {_escape(shorten(text))}"
 
 
 def shorten(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:

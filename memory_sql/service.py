@@ -29,6 +29,7 @@ from .injection import render_memory_block
 from .intake import filter_messages_for_memory, has_minimum_dialogue
 from .llm import LLMClient
 from .pattern_files import load_patterns
+from .prompt import split_conversation
 from .queue import PendingUpdate, UpdateQueue
 from .scope import Scope, check_thread_id
 from .signals import detect_signals
@@ -232,16 +233,22 @@ class MemoryService:
             return False
 
     def _run(self, item: PendingUpdate) -> RunOutcome:
-        result = self.updater.update_memory(
-            item.messages,
-            thread_id=item.thread_id,
-            user_id=item.scope.user_id,
-            agent_name=item.scope.agent_name,
-            tenant_id=item.scope.tenant_id,
-            correction_detected=item.signals.correction,
-            reinforcement_detected=item.signals.reinforcement,
-        )
-        return RunOutcome(result.ok, result.error)
+        # A turn's oldest messages were learned from in earlier runs; a flush's were not, so a
+        # flush too long for one prompt is learned from part by part.
+        parts = split_conversation(item.messages) if item.kind == "flush" else [item.messages]
+        for part in parts:
+            result = self.updater.update_memory(
+                part,
+                thread_id=item.thread_id,
+                user_id=item.scope.user_id,
+                agent_name=item.scope.agent_name,
+                tenant_id=item.scope.tenant_id,
+                correction_detected=item.signals.correction,
+                reinforcement_detected=item.signals.reinforcement,
+            )
+            if not result.ok:
+                return RunOutcome(False, result.error)
+        return RunOutcome(True)
 
     def _problem(self, message: str, *args: object) -> None:
         with self._problems_lock:

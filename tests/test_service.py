@@ -367,3 +367,20 @@ def test_close_during_a_run_does_not_fail_it(db_url, llm, scope):
     with MemoryService(config, start=False) as reader:
         assert reader.status()["pending"] == 0
         assert facts_of(reader, scope["user_id"]) == ["Likes tea"]
+
+
+def test_a_long_flush_is_learned_from_whole_part_by_part(make_service, llm, scope):
+    service = make_service(debounce_seconds=60)
+    things = [f"thing{n}" for n in range(60)]
+    long_chat = []
+    for thing in things:
+        long_chat += [
+            {"role": "user", "content": f"I like {thing} " + "x" * 1500},
+            {"role": "assistant", "content": "Noted."},
+        ]
+    assert service.before_summarization(long_chat, thread_id="t1", **scope)
+    assert service.flush(timeout=20)
+    prompts = [body["messages"][-1]["content"] for body in llm.requests]
+    assert len(prompts) >= 3
+    assert not any("earlier messages omitted" in prompt for prompt in prompts)
+    assert facts_of(service, scope["user_id"]) == sorted(f"Likes {t}" for t in things)
