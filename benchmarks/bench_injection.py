@@ -111,23 +111,21 @@ def naive_format(memory: MemoryDocument, counter: TokenCounter, max_tokens: int 
             text += f" (avoid: {esc(f.source_error)})"
         return text
 
-    def fill(facts: list[Fact], budget: int) -> list[str]:
+    def fill(facts: list[Fact], budget: int) -> tuple[list[str], int]:
         out, used = [], 0
         for f in sorted(facts, key=lambda f: -f.confidence):
             cost = counter.count(line(f))
             if used + cost <= budget:
                 out.append(line(f))
                 used += cost
-        return out
+        return out, used
 
-    guaranteed = fill([f for f in memory.facts if f.category == "correction"], 500)
+    guaranteed, used = fill([f for f in memory.facts if f.category == "correction"], 500)
     header = "\n\nFacts:" if head else "Facts:"
-    budget = max_tokens - (counter.count(head) if head else 0) - counter.count(header)
-    regular = fill([f for f in memory.facts if f.category != "correction"], budget)
-    tail = "Facts:" + "".join(regular)
-    assert counter.count(f"{head}\n\n{tail}") <= max_tokens, (
-        "the benchmark memory must not overflow"
-    )
+    budget = max_tokens - (counter.count(head) if head else 0) - counter.count(header) - used
+    regular, _ = fill([f for f in memory.facts if f.category != "correction"], budget)
+    while regular and counter.count(f"{head}\n\nFacts:" + "".join(regular)) > max_tokens - used:
+        regular.pop()
     return f"{head}\n\nFacts:" + "".join(guaranteed) + "".join(regular)
 
 
