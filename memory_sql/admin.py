@@ -35,6 +35,7 @@ from .database import redacted
 from .errors import DuplicateFactError, MemorySQLError, StorageError, VersionConflictError
 from .models import CATEGORY_PATTERN, Fact, MemoryDocument, fact_key, format_timestamp
 from .schema import (
+    FACT_COLUMNS,
     memory_fact_events,
     memory_facts,
     memory_pending_updates,
@@ -152,17 +153,7 @@ class FactRecord:
 
 
 _SEARCH = sa.select(
-    memory_facts.c.tenant_id,
-    memory_facts.c.user_id,
-    memory_facts.c.agent_name,
-    memory_facts.c.fact_id,
-    memory_facts.c.content,
-    memory_facts.c.category,
-    memory_facts.c.confidence,
-    memory_facts.c.source_thread_id,
-    memory_facts.c.source_error,
-    memory_facts.c.created_at,
-    memory_facts.c.updated_at,
+    memory_facts.c.tenant_id, memory_facts.c.user_id, memory_facts.c.agent_name, *FACT_COLUMNS
 ).order_by(
     memory_facts.c.confidence.desc(),
     memory_facts.c.tenant_id,

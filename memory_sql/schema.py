@@ -142,6 +142,18 @@ memory_facts = Table(
     comment="Durable facts about a user; duplicates (casefold) are impossible per scope.",
 )
 
+FACT_COLUMNS = (
+    memory_facts.c.fact_id,
+    memory_facts.c.content,
+    memory_facts.c.category,
+    memory_facts.c.confidence,
+    memory_facts.c.source_thread_id,
+    memory_facts.c.source_error,
+    memory_facts.c.created_at,
+    memory_facts.c.updated_at,
+)
+"""The columns a :class:`~memory_sql.Fact` is read from."""
+
 # Serves injection (highest confidence first) and eviction (lowest first) for one scope.
 Index(
     "ix_memory_facts_scope_confidence",

@@ -18,21 +18,16 @@ from ..database import redacted
 from ..errors import DuplicateFactError, StorageError, VersionConflictError
 from ..migrations import ensure_at_head, open_engine
 from ..models import Fact, MemoryDocument, Section, fact_digest, utcnow
-from ..schema import memory_fact_events, memory_facts, memory_scopes, memory_sections
+from ..schema import (
+    FACT_COLUMNS,
+    memory_fact_events,
+    memory_facts,
+    memory_scopes,
+    memory_sections,
+)
 from ..scope import Scope
 from .base import Changes, MemoryStorage, apply_changes, diff_documents, sort_facts
 from .cache import DEFAULT_CACHE_SCOPES, DocumentCache
-
-_FACT_COLUMNS = (
-    memory_facts.c.fact_id,
-    memory_facts.c.content,
-    memory_facts.c.category,
-    memory_facts.c.confidence,
-    memory_facts.c.source_thread_id,
-    memory_facts.c.source_error,
-    memory_facts.c.created_at,
-    memory_facts.c.updated_at,
-)
 
 
 def _in_scope(table: sa.Table) -> sa.ColumnElement[bool]:
@@ -51,7 +46,7 @@ _SELECT_HEAD = sa.select(
 _SELECT_SECTIONS = sa.select(
     memory_sections.c.section, memory_sections.c.summary, memory_sections.c.updated_at
 ).where(_in_scope(memory_sections))
-_SELECT_FACTS = sa.select(*_FACT_COLUMNS).where(_in_scope(memory_facts))
+_SELECT_FACTS = sa.select(*FACT_COLUMNS).where(_in_scope(memory_facts))
 _BUMP_VERSION = (
     sa.update(memory_scopes)
     .where(_in_scope(memory_scopes), memory_scopes.c.version == sa.bindparam("expected"))
