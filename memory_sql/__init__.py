@@ -8,6 +8,8 @@ from __future__ import annotations
 from .config import MemoryConfig as MemoryConfig
 from .errors import ConfigError as ConfigError
 from .errors import DuplicateFactError as DuplicateFactError
+from .errors import FactNotFoundError as FactNotFoundError
+from .errors import ImportFileError as ImportFileError
 from .errors import InvalidMessageError as InvalidMessageError
 from .errors import InvalidScopeError as InvalidScopeError
 from .errors import InvalidUpdateError as InvalidUpdateError
@@ -48,8 +50,10 @@ from .uploads import strip_upload_mentions as strip_upload_mentions
 __all__ = [
     "ConfigError",
     "DuplicateFactError",
+    "FactNotFoundError",
     "Fact",
     "History",
+    "ImportFileError",
     "InvalidMessageError",
     "InvalidScopeError",
     "InvalidUpdateError",

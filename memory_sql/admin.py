@@ -32,7 +32,13 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 
 from .database import redacted
-from .errors import DuplicateFactError, MemorySQLError, StorageError, VersionConflictError
+from .errors import (
+    DuplicateFactError,
+    FactNotFoundError,
+    ImportFileError,
+    StorageError,
+    VersionConflictError,
+)
 from .models import CATEGORY_PATTERN, Fact, MemoryDocument, fact_key, format_timestamp
 from .schema import (
     FACT_COLUMNS,
@@ -47,30 +53,6 @@ from .storage import MemoryStorage, SQLStorage
 
 SAVE_ATTEMPTS = 5
 """How many times a read-modify-save is tried before a version conflict is raised."""
-
-
-class ImportFileError(MemorySQLError, ValueError):
-    """An import file is malformed; nothing was written.
-
-    ``source`` names the file, ``line`` the offending line (None for a whole-file problem) and
-    ``problem`` says what is wrong.
-    """
-
-    def __init__(self, source: str, line: int | None, problem: str) -> None:
-        self.source = source
-        self.line = line
-        self.problem = problem
-        where = source if line is None else f"{source}, line {line}"
-        super().__init__(f"{where}: {problem}")
-
-
-class FactNotFoundError(MemorySQLError, LookupError):
-    """The memory has no fact with that id."""
-
-    def __init__(self, scope: str, fact_id: str) -> None:
-        self.scope = scope
-        self.fact_id = fact_id
-        super().__init__(f"memory {scope} has no fact {fact_id!r}")
 
 
 # forget ----------------------------------------------------------------------------------------
@@ -613,9 +595,7 @@ def translate_errors(engine: Engine, what: str) -> Iterator[None]:
 
 
 __all__ = [
-    "FactNotFoundError",
     "FactRecord",
-    "ImportFileError",
     "ImportResult",
     "ScopedMemory",
     "add_fact",

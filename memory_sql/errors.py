@@ -119,3 +119,27 @@ class InvalidUpdateError(MemorySQLError, ValueError):
     def __init__(self, reason: str) -> None:
         self.reason = reason
         super().__init__(f"invalid memory update from the LLM: {reason}")
+
+
+class ImportFileError(MemorySQLError, ValueError):
+    """An import file is malformed; nothing was written.
+
+    ``source`` names the file, ``line`` the offending line (None for a whole-file problem) and
+    ``problem`` says what is wrong.
+    """
+
+    def __init__(self, source: str, line: int | None, problem: str) -> None:
+        self.source = source
+        self.line = line
+        self.problem = problem
+        where = source if line is None else f"{source}, line {line}"
+        super().__init__(f"{where}: {problem}")
+
+
+class FactNotFoundError(MemorySQLError, LookupError):
+    """The memory has no fact with that id."""
+
+    def __init__(self, scope: str, fact_id: str) -> None:
+        self.scope = scope
+        self.fact_id = fact_id
+        super().__init__(f"memory {scope} has no fact {fact_id!r}")

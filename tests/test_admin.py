@@ -9,9 +9,8 @@ import uuid
 import pytest
 import sqlalchemy as sa
 
-from memory_sql import Fact, migrations, open_storage
+from memory_sql import Fact, ImportFileError, migrations, open_storage
 from memory_sql.admin import (
-    ImportFileError,
     export_jsonl,
     forget_user,
     import_jsonl,
