@@ -28,15 +28,13 @@ from typing import IO, Any
 
 import sqlalchemy as sa
 from pydantic import ValidationError
-from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 
-from .database import redacted
+from .database import database_errors
 from .errors import (
     DuplicateFactError,
     FactNotFoundError,
     ImportFileError,
-    StorageError,
     VersionConflictError,
 )
 from .models import CATEGORY_PATTERN, Fact, MemoryDocument, fact_key, format_timestamp
@@ -50,6 +48,7 @@ from .schema import (
 )
 from .scope import Scope
 from .storage import MemoryStorage, SQLStorage
+from .storage.sql import fact_from_row
 
 SAVE_ATTEMPTS = 5
 """How many times a read-modify-save is tried before a version conflict is raised."""
@@ -98,7 +97,7 @@ def forget_user(engine: Engine, user_id: str, *, tenant_id: str = "default") -> 
     params = {"tenant": scope.tenant_id, "user": scope.user_id}
     deleted: dict[str, int] = {}
     what = f"forget {scope.tenant_id}/{scope.user_id}"
-    with translate_errors(engine, what), _write(engine) as conn:
+    with database_errors(engine, what), _write(engine) as conn:
         for table in _FORGET_ORDER:
             deleted[table.name] = conn.execute(_FORGET[table.name], params).rowcount
     return {name: deleted[name] for name in _REPORTED_ORDER}
@@ -195,7 +194,7 @@ def search_facts(
     if not needle and limit is not None:
         statement = statement.limit(limit)
     found: list[FactRecord] = []
-    with translate_errors(engine, "search facts"), engine.connect() as conn:
+    with database_errors(engine, "search facts"), engine.connect() as conn:
         rows = conn.execution_options(yield_per=500).execute(statement)
         for row in rows:
             if needle and needle not in fact_key(row.content):
@@ -212,16 +211,7 @@ def _record(row: Any) -> FactRecord:
         tenant_id=row.tenant_id,
         user_id=row.user_id,
         agent_name=row.agent_name or None,
-        fact=Fact(
-            id=row.fact_id,
-            content=row.content,
-            category=row.category,
-            confidence=row.confidence,
-            source_thread_id=row.source_thread_id,
-            source_error=row.source_error,
-            created_at=row.created_at,
-            updated_at=row.updated_at,
-        ),
+        fact=fact_from_row(row),
     )
 
 
@@ -477,7 +467,7 @@ def export_jsonl(engine: Engine, out: IO[str], *, tenant_id: str | None = None) 
     if tenant_id is not None:
         tenant = Scope.of(tenant_id=tenant_id).tenant_id
         statement = statement.where(memory_scopes.c.tenant_id == tenant)
-    with translate_errors(engine, "export"), engine.connect() as conn:
+    with database_errors(engine, "export"), engine.connect() as conn:
         keys = conn.execute(statement).all()
     written = 0
     with SQLStorage(engine, cache_scopes=0) as storage:
@@ -580,18 +570,6 @@ def _write(engine: Engine) -> Iterator[sa.Connection]:
     options = {"sqlite_begin": "IMMEDIATE"} if engine.dialect.name == "sqlite" else {}
     with engine.connect().execution_options(**options) as conn, conn.begin():
         yield conn
-
-
-@contextmanager
-def translate_errors(engine: Engine, what: str) -> Iterator[None]:
-    """Database errors become :class:`StorageError` naming the operation and the database."""
-    try:
-        yield
-    except sa_exc.DBAPIError as exc:
-        reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
-        raise StorageError(f"{what}: database {redacted(engine.url)} failed: {reason}") from exc
-    except sa_exc.SQLAlchemyError as exc:
-        raise StorageError(f"{what}: database {redacted(engine.url)} failed: {exc}") from exc
 
 
 __all__ = [

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import URL, Engine, make_url
+
+from .errors import StorageError
 
 DEFAULT_DATABASE_URL = "sqlite:///memory_sql.db"
 URL_ENV = "MEMORY_SQL_DATABASE_URL"
@@ -94,6 +98,18 @@ def _configure_sqlite(engine: Engine) -> None:
         if options.get("isolation_level") == "AUTOCOMMIT":
             return
         connection.exec_driver_sql(f"BEGIN {options.get('sqlite_begin', '')}".strip())
+
+
+@contextmanager
+def database_errors(engine: Engine, what: str) -> Iterator[None]:
+    """The one place a driver or SQLAlchemy error becomes a :class:`StorageError` naming
+    ``what`` was being done and the database (password hidden)."""
+    try:
+        yield
+    except sa.exc.SQLAlchemyError as exc:
+        orig = getattr(exc, "orig", None)
+        reason = str(orig).strip().splitlines()[0] if orig is not None else str(exc)
+        raise StorageError(f"{what}: database {redacted(engine.url)} failed: {reason}") from exc
 
 
 def redacted(url: URL | str | os.PathLike[str]) -> str:

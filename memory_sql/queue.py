@@ -31,11 +31,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 
-from .database import redacted
+from .database import database_errors
 from .errors import StorageError
 from .messages import Message
 from .models import utcnow
@@ -393,25 +392,15 @@ class UpdateQueue:
     @contextmanager
     def _transaction(self) -> Iterator[Connection]:
         options = {} if self._postgres else {"sqlite_begin": "IMMEDIATE"}
-        with self._errors():
+        with database_errors(self.engine, "update queue"):
             connection = self.engine.connect().execution_options(**options)
             with connection as conn, conn.begin():
                 yield conn
 
     @contextmanager
     def _connection(self) -> Iterator[Connection]:
-        with self._errors(), self.engine.connect() as conn:
+        with database_errors(self.engine, "update queue"), self.engine.connect() as conn:
             yield conn
-
-    @contextmanager
-    def _errors(self) -> Iterator[None]:
-        try:
-            yield
-        except sa_exc.SQLAlchemyError as exc:
-            reason = getattr(exc, "orig", None) or exc
-            raise StorageError(
-                f"update queue on {redacted(self.engine.url)} failed: {reason}"
-            ) from exc
 
 
 def _key_values(scope: Scope, thread_id: str, kind: str) -> dict[str, str]:

@@ -21,7 +21,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from .admin import translate_errors
+from .database import database_errors
 from .models import format_timestamp
 from .schema import UTCDateTime
 from .scope import Scope
@@ -164,7 +164,7 @@ def build_report(
         .order_by(q.c.status)
     )
 
-    with translate_errors(engine, "report"), engine.connect() as conn:
+    with database_errors(engine, "report"), engine.connect() as conn:
         category_rows = conn.execute(categories).all()
         bucket_rows = dict(conn.execute(buckets).all())
         activity_rows = {row.day: row for row in conn.execute(activity)}

@@ -28,15 +28,7 @@ from ..schema import memory_pending_updates as pending
 from ..scope import Scope, check_thread_id
 from ..service import MemoryService
 from ._common import ConfigOption, UrlOption, app, command, err, load_config, out
-
-UserOption = Annotated[str, typer.Option("--user", help="The user whose memory it is.")]
-AgentOption = Annotated[
-    str | None,
-    typer.Option("--agent", help="The agent's name (default: the memory of unnamed agents)."),
-]
-TenantOption = Annotated[
-    str | None, typer.Option("--tenant", help="The tenant (default: 'default').")
-]
+from ._data import AgentOption, TenantOption, UserOption
 
 _ID_KEYS = {
     "thread_id": ("thread_id", "threadId"),

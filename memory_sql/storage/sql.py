@@ -14,7 +14,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Connection, Engine
 
-from ..database import redacted
+from ..database import database_errors, redacted
 from ..errors import DuplicateFactError, StorageError, VersionConflictError
 from ..migrations import ensure_at_head, open_engine
 from ..models import Fact, MemoryDocument, Section, fact_digest, utcnow
@@ -28,6 +28,20 @@ from ..schema import (
 from ..scope import Scope
 from .base import Changes, MemoryStorage, apply_changes, diff_documents, sort_facts
 from .cache import DEFAULT_CACHE_SCOPES, DocumentCache
+
+
+def fact_from_row(row: Any) -> Fact:
+    """The :class:`Fact` a row of :data:`~memory_sql.schema.FACT_COLUMNS` holds."""
+    return Fact(
+        id=row.fact_id,
+        content=row.content,
+        category=row.category,
+        confidence=row.confidence,
+        source_thread_id=row.source_thread_id,
+        source_error=row.source_error,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
 
 
 def _in_scope(table: sa.Table) -> sa.ColumnElement[bool]:
@@ -180,19 +194,7 @@ class SQLStorage(MemoryStorage):
             setattr(group, name, Section(summary=summary, updated_at=updated_at))
         # Sorted here, not by ORDER BY, which can lure a planner onto a tenant-wide time index.
         rows = conn.execute(_SELECT_FACTS, _scope_params(scope))
-        doc.facts = sort_facts(
-            Fact(
-                id=row.fact_id,
-                content=row.content,
-                category=row.category,
-                confidence=row.confidence,
-                source_thread_id=row.source_thread_id,
-                source_error=row.source_error,
-                created_at=row.created_at,
-                updated_at=row.updated_at,
-            )
-            for row in rows
-        )
+        doc.facts = sort_facts(fact_from_row(row) for row in rows)
         return doc
 
     # save ------------------------------------------------------------------------------------
@@ -326,24 +328,17 @@ class SQLStorage(MemoryStorage):
 
     @contextmanager
     def _errors(self, scope: Scope, doc: MemoryDocument | None = None) -> Iterator[None]:
-        """The one place database errors become memory_sql errors."""
+        """Database errors of one scope become memory_sql errors (a casefold duplicate, a
+        refused save, an invalid row; anything else through :func:`database_errors`)."""
         try:
-            yield
-        except sa_exc.IntegrityError as exc:
-            if "content_key" in str(exc.orig):
-                duplicate = doc.duplicate_fact() if doc is not None else None
-                content = duplicate.content if duplicate is not None else None
-                raise DuplicateFactError(str(scope), content) from exc
-            raise StorageError(
-                f"memory {scope}: the database refused the save: {exc.orig}"
-            ) from exc
-        except sa_exc.DBAPIError as exc:
-            raise StorageError(
-                f"memory {scope}: database {redacted(self.engine.url)} failed: {exc.orig}"
-            ) from exc
-        except sa_exc.SQLAlchemyError as exc:
-            raise StorageError(
-                f"memory {scope}: database {redacted(self.engine.url)} failed: {exc}"
-            ) from exc
+            with database_errors(self.engine, f"memory {scope}"):
+                try:
+                    yield
+                except sa_exc.IntegrityError as exc:
+                    if "content_key" not in str(exc.orig):
+                        raise
+                    duplicate = doc.duplicate_fact() if doc is not None else None
+                    content = duplicate.content if duplicate is not None else None
+                    raise DuplicateFactError(str(scope), content) from exc
         except ValidationError as exc:
             raise StorageError(f"memory {scope}: a stored row is invalid: {exc}") from exc
