@@ -181,7 +181,7 @@ def test_jsonl_with_a_malformed_line_queues_the_others(db_url, config_file, user
         json.dumps({"messages": chat("cake"), "thread_id": "named-thread"}),
         "",
         json.dumps([{"role": "wizard", "content": "abracadabra"}]),
-        json.dumps({"messages": chat("jam"), "user_id": f"{user}-other"}),
+        json.dumps({"messages": chat("jam"), "user_id": user}),  # the same user as --user
     ]
     path = tmp_path / "chats.jsonl"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -193,8 +193,76 @@ def test_jsonl_with_a_malformed_line_queues_the_others(db_url, config_file, user
     assert f"{path}:5: message 0:" in result.output
     assert "queued 3 conversations, skipped 2 (2 invalid" in result.output
     assert "Traceback" not in result.output
-    assert [r.thread_id for r in rows_of(db_url, user)] == ["chats:1", "named-thread"]
-    assert [r.thread_id for r in rows_of(db_url, f"{user}-other")] == ["chats:6"]
+    assert [r.thread_id for r in rows_of(db_url, user)] == ["chats:1", "chats:6", "named-thread"]
+
+
+def test_a_file_naming_another_tenant_or_user_than_the_flags_is_refused(
+    db_url, config_file, llm, user, tmp_path
+):
+    victim = f"{user}-victim"
+    path = write_json(
+        tmp_path / "planted.json",
+        {"messages": chat("secrets"), "tenant_id": "victim", "user_id": victim},
+    )
+    result = invoke(
+        "ingest", path, "--user", user, "--tenant", "acme", "--url", db_url, "--config", config_file
+    )
+    assert result.exit_code == 1, result.output
+    assert result.output.count("\n") == 1, result.output
+    assert str(path) in result.output and "refused" in result.output
+    assert "'victim'" in result.output and "--tenant 'acme'" in result.output
+    assert "Traceback" not in result.output
+    assert rows_of(db_url, user) == [] and rows_of(db_url, victim) == []
+    assert llm.requests == []
+
+
+def test_a_jsonl_line_naming_another_scope_queues_nothing_of_the_ingest(
+    db_url, config_file, user, tmp_path
+):
+    other = f"{user}-other"
+    lines = [
+        json.dumps(chat("tea")),
+        json.dumps({"messages": chat("cake"), "user_id": user, "tenant_id": "acme"}),
+        json.dumps({"messages": chat("jam"), "userId": other}),
+        "{not json",
+        json.dumps({"messages": chat("figs"), "agentName": "writer"}),
+        json.dumps({"messages": chat("plums"), "tenant_id": "globex"}),
+    ]
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    flags = ("--user", user, "--tenant", "acme", "--agent", "Coder", "--no-wait")
+    result = invoke("ingest", path, *flags, "--url", db_url, "--config", config_file)
+    assert result.exit_code == 1, result.output
+    refused = [line for line in result.output.splitlines() if line.startswith("refused:")]
+    assert [line.split(": ")[1] for line in refused] == [f"{path}:{n}" for n in (3, 5, 6)]
+    assert f"userId '{other}' is not --user '{user}'" in refused[0]
+    assert "agentName 'writer' is not --agent 'Coder'" in refused[1]
+    assert "tenant_id 'globex' is not --tenant 'acme'" in refused[2]
+    assert f"{path}:4: not valid JSON" in result.output  # still reported
+    assert "3 of 6 conversations name another user, tenant or agent" in result.output
+    assert "nothing queued" in result.output and "queued 1" not in result.output
+    assert rows_of(db_url, user) == [] and rows_of(db_url, other) == []
+
+
+def test_a_file_naming_the_flags_values_or_a_scope_without_a_flag_is_queued(
+    db_url, config_file, user, tmp_path
+):
+    same = write_json(
+        tmp_path / "same.json",
+        {"messages": chat("tea"), "user_id": user, "tenant_id": "acme", "agent_name": "CODER"},
+    )
+    flags = ("--user", user, "--tenant", "acme", "--agent", "coder", "--no-wait")
+    result = invoke("ingest", same, *flags, "--url", db_url, "--config", config_file)
+    assert result.exit_code == 0, result.output
+    named = write_json(tmp_path / "named.json", {"messages": chat("cake"), "tenant_id": "globex"})
+    result = invoke(
+        "ingest", named, "--user", user, "--no-wait", "--url", db_url, "--config", config_file
+    )
+    assert result.exit_code == 0, result.output
+    assert [(r.tenant_id, r.agent_name, r.thread_id) for r in rows_of(db_url, user)] == [
+        ("globex", "", "named"),
+        ("acme", "coder", "same"),
+    ]
 
 
 def test_a_folder_is_ingested_with_a_progress_bar_and_waited_for(

@@ -55,6 +55,14 @@ class Skip(ValueError):
     """A conversation that cannot be queued; the message names where it came from."""
 
 
+class Refused(Skip):
+    """A conversation naming another user, tenant or agent than ``--user``/``--tenant``/
+    ``--agent``: the whole ingest is refused, nothing of it is queued."""
+
+
+_FLAGS = {"user_id": "--user", "agent_name": "--agent", "tenant_id": "--tenant"}
+
+
 @command(app, "ingest")
 def ingest(
     file: Annotated[
@@ -70,7 +78,7 @@ def ingest(
         typer.Option(
             "--user",
             help="The user whose memory it is; required unless every conversation names "
-            "its user_id.",
+            "its user_id. Given, it wins: a conversation naming another user_id is refused.",
             show_default=False,
         ),
     ] = None,
@@ -105,6 +113,11 @@ def ingest(
     read file by file (*.json, *.jsonl). A file or line that is not valid JSON
     or not a list of messages is reported and skipped, and the exit status is 1.
 
+    --user, --tenant and --agent, when given, win: a file or line naming a
+    different user_id, tenant_id or agent_name is refused (file and line shown)
+    and nothing of the ingest is queued. One naming the same value is fine;
+    without the flag, the file's value is used.
+
     Example:
         memory-sql ingest chat.json --user alice --agent coder
         memory-sql ingest conversations.jsonl --user alice --no-wait
@@ -138,9 +151,16 @@ def ingest(
                 items.append(exc)
     conversations = [item for item in items if isinstance(item, Conversation)]
     invalid = len(items) - len(conversations)
+    refused = sum(isinstance(item, Refused) for item in items)
     for item in items:
         if isinstance(item, Skip):
-            err.print(f"[red]skipped:[/red] {escape(str(item))}", highlight=False, soft_wrap=True)
+            label = "refused" if isinstance(item, Refused) else "skipped"
+            err.print(f"[red]{label}:[/red] {escape(str(item))}", highlight=False, soft_wrap=True)
+    if refused:
+        raise MemorySQLError(
+            f"{file}: {refused} of {_plural(len(items), 'conversation')} name another user, "
+            "tenant or agent than the command line; nothing queued"
+        )
     if not conversations:
         raise MemorySQLError(f"{file}: no valid conversation in {len(items)}; nothing queued")
     with (
@@ -212,6 +232,7 @@ def _conversation(
     ids = dict(defaults)
     ids["thread_id"] = thread_id
     if isinstance(data, dict):
+        _check_scope_flags(data, label, defaults)
         if not isinstance(data.get("messages"), list):
             raise Skip(f'{label}: an object needs a "messages" list; not queued')
         for name, keys in _ID_KEYS.items():
@@ -219,7 +240,8 @@ def _conversation(
                 if data.get(key) is not None:
                     if not isinstance(data[key], str):
                         raise Skip(f"{label}: {key} must be a string; not queued")
-                    ids[name] = data[key]
+                    if defaults.get(name) is None:  # a flag given on the command line wins
+                        ids[name] = data[key]
         messages = data["messages"]
     elif isinstance(data, list):
         messages = data
@@ -239,6 +261,29 @@ def _conversation(
     except MemorySQLError as exc:
         raise Skip(f"{label}: {exc}; not queued") from None
     return Conversation(label, messages, str(ids["thread_id"]), scope)
+
+
+def _check_scope_flags(data: dict[str, Any], label: str, flags: dict[str, str | None]) -> None:
+    """Refuse ``data`` if it names another user, tenant or agent than a flag given (agent
+    names compare lower-cased, as they are stored)."""
+    differences = []
+    for name, flag in _FLAGS.items():
+        given = flags.get(name)
+        if given is None:
+            continue
+        for key in _ID_KEYS[name]:
+            value = data.get(key)
+            if value is None:
+                continue
+            same = isinstance(value, str) and (
+                value.lower() == given.lower() if name == "agent_name" else value == given
+            )
+            if not same:
+                differences.append(f"{key} {value!r} is not {flag} {given!r}")
+    if differences:
+        raise Refused(
+            f"{label}: {', '.join(differences)}; refused, nothing of this ingest is queued"
+        )
 
 
 def _files(folder: Path) -> list[Path]:
