@@ -35,6 +35,13 @@ MAX_THREAD_ID_CHARS = 256
 FACT_ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 CATEGORY_PATTERN = re.compile(r"[a-z0-9_-]{1,32}")
 _WHITESPACE = re.compile(r"\s+")
+# Unicode's Default_Ignorable_Code_Point (DerivedCoreProperties.txt): invisible characters such
+# as the zero-width space, the soft hyphen, joiners, bidi marks and variation selectors.
+_DEFAULT_IGNORABLE = re.compile(
+    "[\u00ad\u034f\u061c\u115f-\u1160\u17b4-\u17b5\u180b-\u180f\u200b-\u200f"
+    "\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8"
+    "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff]"
+)
 _SOURCE_TYPES = frozenset({"manual", "consolidation", "import", "unknown"})
 
 
@@ -50,10 +57,13 @@ def new_fact_id() -> str:
 def fact_key(content: str) -> str:
     """The text two facts share when they are duplicates.
 
-    NFKC normalisation, Python's ``str.casefold()`` and whitespace folding, so ``"Straße"`` and
-    ``"STRASSE"``, or ``"Prefers  Python"`` and ``"prefers python"``, have one key.
+    Unicode's default-ignorable code points (zero-width space, soft hyphen, joiners, bidi marks,
+    variation selectors, …) removed, then NFKC normalisation, Python's ``str.casefold()`` and
+    whitespace folding, so ``"Straße"`` and ``"STRASSE"``, ``"Prefers  Python"`` and
+    ``"prefers python"``, or ``"Py\\u200bthon"`` and ``"python"``, have one key. The stored
+    content keeps its characters; only the key drops them.
     """
-    folded = unicodedata.normalize("NFKC", content)
+    folded = unicodedata.normalize("NFKC", _DEFAULT_IGNORABLE.sub("", content))
     folded = unicodedata.normalize("NFKC", folded.casefold())
     return _WHITESPACE.sub(" ", folded).strip()
 
