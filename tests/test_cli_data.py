@@ -380,6 +380,58 @@ def test_a_malformed_memory_json_writes_nothing_and_says_where(url, tmp_path):
     assert "--user" in output
 
 
+def test_an_export_matching_nothing_leaves_the_target_unchanged(fresh_url, tmp_path):
+    folder = tmp_path / "out"
+    folder.mkdir()
+    kept = folder / "existing.jsonl"
+    kept.write_text('{"a good": "export"}\n', encoding="utf-8")
+    memory = folder / "memory.json"
+    memory.write_text('{"facts": []}\n', encoding="utf-8")
+    nosuch = unique("nosuch")
+
+    output = invoke("export", "--jsonl", str(kept), "--tenant", nosuch, "--url", fresh_url, code=1)
+    assert f"no memory matched --tenant {nosuch} in " in output
+    assert f"{kept} left unchanged" in output and output.count("\n") == 1
+    output = invoke("export", "--jsonl", str(kept), "--url", fresh_url, code=1)  # empty database
+    assert "no memory matched in " in output and f"{kept} left unchanged" in output
+    output = invoke("export", "--user", nosuch, "-o", str(memory), "--url", fresh_url, code=1)
+    assert f"no memory matched default/{nosuch}/- in " in output
+    assert f"{memory} left unchanged" in output
+
+    assert kept.read_text(encoding="utf-8") == '{"a good": "export"}\n'
+    assert memory.read_text(encoding="utf-8") == '{"facts": []}\n'
+    assert sorted(p.name for p in folder.iterdir()) == ["existing.jsonl", "memory.json"]
+    # what matched still replaces the file
+    tenant = unique("t")
+    line = {"tenant_id": tenant, "user_id": "u1", "memory": memory_json(("Fine", "context", 0.9))}
+    source = tmp_path / "one.jsonl"
+    source.write_text(json.dumps(line) + "\n", encoding="utf-8")
+    invoke("import", "--jsonl", str(source), "--url", fresh_url)
+    invoke("export", "--jsonl", str(kept), "--tenant", tenant, "--url", fresh_url)
+    assert [json.loads(x)["user_id"] for x in kept.read_text().splitlines()] == ["u1"]
+    assert sorted(p.name for p in folder.iterdir()) == ["existing.jsonl", "memory.json"]
+
+
+def test_a_failed_export_names_the_target_not_its_temporary_file(url, tmp_path):
+    tenant, user = unique("t"), unique("erin")
+    invoke("facts", "add", "--user", user, "--tenant", tenant, "Likes tea", "--url", url)
+    folder = tmp_path / "out"
+    (folder / "taken.jsonl").mkdir(parents=True)  # os.replace cannot put a file there
+    (folder / "taken.json").mkdir()
+    for args, target in (
+        (["--jsonl", str(folder / "taken.jsonl"), "--tenant", tenant], folder / "taken.jsonl"),
+        (
+            ["--user", user, "--tenant", tenant, "-o", str(folder / "taken.json")],
+            folder / "taken.json",
+        ),
+        (["--jsonl", str(tmp_path / "nofolder" / "x.jsonl")], tmp_path / "nofolder" / "x.jsonl"),
+    ):
+        output = invoke("export", *args, "--url", url, code=1)
+        assert f"cannot write {target}:" in output, output
+        assert ".tmp" not in output and output.count("\n") == 1, output
+    assert sorted(p.name for p in folder.iterdir()) == ["taken.json", "taken.jsonl"]
+
+
 # forget ----------------------------------------------------------------------------------------
 
 

@@ -15,6 +15,7 @@ import typer
 
 from .. import admin
 from ..database import redacted
+from ..errors import MemorySQLError
 from ..scope import Scope
 from ._common import ConfigOption, UrlOption, app, command, err, out
 from ._data import AgentOption, TenantOption, UserOption, sql_storage
@@ -50,6 +51,8 @@ def export(
     """Export one memory as DeerFlow's memory.json, or many as JSON Lines.
 
     With --jsonl: every memory of --tenant, or of the whole database.
+    A file is replaced (atomically) only when a memory matched; otherwise it
+    is left as it was and the exit status is 1.
 
     Example:
         memory-sql export --user alice --agent coder --output memory.json
@@ -68,6 +71,11 @@ def export(
                 return
             with _atomic_write(jsonl) as stream:
                 count = admin.export_jsonl(storage.engine, stream, tenant_id=tenant)
+                if count == 0:  # the temporary file goes, the target stays as it was
+                    matched = f" --tenant {tenant}" if tenant is not None else ""
+                    raise MemorySQLError(
+                        f"no memory matched{matched} in {where}; {jsonl} left unchanged"
+                    )
         out.print(
             f"exported {_memories(count)} from {where} to {jsonl}", highlight=False, soft_wrap=True
         )
@@ -76,8 +84,11 @@ def export(
         raise ValueError("give --user for one memory (memory.json), or --jsonl FILE for many")
     scope = Scope.of(user_id=user, agent_name=agent, tenant_id=tenant)
     with sql_storage(url, config) as storage:
+        where = redacted(storage.engine.url)
         data = admin.export_memory(storage, user_id=user, agent_name=agent, tenant_id=tenant)
     text = json.dumps(data, ensure_ascii=False, indent=2) + "\n"
+    if data["revision"] == 0 and output is not None:
+        raise MemorySQLError(f"no memory matched {scope} in {where}; {output} left unchanged")
     if data["revision"] == 0:
         err.print(
             f"[yellow]note:[/yellow] nothing is stored for {scope}", highlight=False, soft_wrap=True
@@ -199,12 +210,21 @@ def _memories(count: int) -> str:
 @contextmanager
 def _atomic_write(path: Path) -> Iterator[TextIO]:
     """A text stream whose content replaces ``path`` in full when the block ends without an
-    error (a temporary file beside it, renamed), and is thrown away otherwise."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    error (a temporary file beside it, renamed with ``os.replace``), and is thrown away
+    otherwise. A file-system error names ``path``, never the temporary file."""
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as stream:
-            yield stream
-        os.replace(tmp, path)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise OSError(f"cannot write {path}: {exc.strerror or type(exc).__name__}") from None
+    try:
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as stream:
+                yield stream
+            os.replace(tmp, path)
+        except OSError as exc:
+            raise OSError(
+                f"cannot write {path}: {exc.strerror or type(exc).__name__}; left unchanged"
+            ) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
