@@ -134,3 +134,23 @@ def llm() -> Iterator[object]:
 
     with ScriptedLLM() as server:
         yield server
+
+
+@pytest.fixture
+def private_pg() -> Iterator[object]:
+    """A started PostgreSQL cluster of this test's own (``tests/pg_cluster.py``), to stop,
+    restart or kill at will; closed and removed after the test. Without PostgreSQL's server
+    binaries the test skips, except under CI=true, where it fails."""
+    from pg_cluster import PrivateCluster, find_bindir
+
+    if find_bindir() is None:
+        message = "PostgreSQL's server binaries (initdb, postgres) are not installed"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    cluster = PrivateCluster()
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.close()
