@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -13,6 +17,9 @@ from sqlalchemy.engine import URL, Engine, make_url
 
 from .errors import StorageError
 
+logger = logging.getLogger(__name__)
+P = ParamSpec("P")
+T = TypeVar("T")
 DEFAULT_DATABASE_URL = "sqlite:///memory_sql.db"
 URL_ENV = "MEMORY_SQL_DATABASE_URL"
 SQLITE_BUSY_TIMEOUT_SECONDS = 30.0
@@ -54,7 +61,7 @@ def create_engine(
     ``sqlite_begin="IMMEDIATE"`` takes the write lock at ``BEGIN``, so a read-then-write
     transaction waits for other writers instead of failing. PostgreSQL connections are not
     pinged before use (that would double the cost of a cached load): a connection found dead
-    invalidates the pool, and ``SQLStorage`` retries a read once.
+    invalidates the pool, and the callers wrapped in :func:`reconnecting` run once more.
 
     Nothing waits forever on a database that stopped answering: connecting and taking a pooled
     connection give up after :data:`CONNECT_TIMEOUT_SECONDS`, and on PostgreSQL a statement
@@ -110,6 +117,72 @@ def database_errors(engine: Engine, what: str) -> Iterator[None]:
         orig = getattr(exc, "orig", None)
         reason = str(orig).strip().splitlines()[0] if orig is not None else str(exc)
         raise StorageError(f"{what}: database {redacted(engine.url)} failed: {reason}") from exc
+
+
+def is_disconnect(exc: BaseException) -> bool:
+    """Whether ``exc`` (or the driver error behind a :class:`StorageError`) is a pooled
+    connection found dead, as after a database restart. SQLAlchemy then discards every
+    connection the pool held, so the next checkout makes a fresh one."""
+    cause = exc.__cause__ if isinstance(exc, StorageError) else exc
+    return isinstance(cause, sa.exc.DBAPIError) and cause.connection_invalidated
+
+
+def reconnecting(call: Callable[P, T]) -> Callable[P, T]:
+    """``call``, run once more when it fails on a connection found dead (:func:`is_disconnect`).
+
+    Only for work that is safe to repeat: reads, and writes whose second run changes nothing
+    the first one did (an upsert of the latest value, a delete, a conditional update). A
+    database that is really down fails the second run too, and its error is raised.
+    """
+
+    @functools.wraps(call)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return call(*args, **kwargs)
+        except (StorageError, sa.exc.DBAPIError) as exc:
+            if not is_disconnect(exc):
+                raise
+            logger.info("database connection found dead (%s); trying again", type(exc).__name__)
+        return call(*args, **kwargs)
+
+    return wrapper
+
+
+class OutageLog:
+    """Logs a database outage once for a long-running loop, and its end.
+
+    ``failed(exc)`` logs a warning the first time after a success (later failures at DEBUG);
+    ``succeeded()`` logs how long the outage lasted once the database answers again.
+    """
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self._since: float | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def down(self) -> bool:
+        return self._since is not None
+
+    def failed(self, exc: BaseException) -> None:
+        with self._lock:
+            first = self._since is None
+            if first:
+                self._since = time.monotonic()
+        if first:
+            logger.warning("%s: database unavailable, trying until it answers: %s", self.what, exc)
+        else:
+            logger.debug("%s: database still unavailable: %s", self.what, exc)
+
+    def succeeded(self) -> None:
+        if self._since is None:
+            return
+        with self._lock:
+            since, self._since = self._since, None
+        if since is not None:
+            logger.warning(
+                "%s: database answers again after %.1f s", self.what, time.monotonic() - since
+            )
 
 
 def redacted(url: URL | str | os.PathLike[str]) -> str:

@@ -64,6 +64,11 @@ class StorageError(MemorySQLError):
     """The storage backend failed (database unreachable, disk error, corrupt file)."""
 
 
+class LeaseLostError(MemorySQLError):
+    """A run's queue row is no longer leased to it (its lease expired and another worker took
+    the row): what the run would have saved is rolled back, since the other run saves it."""
+
+
 class InvalidMessageError(MemorySQLError, ValueError):
     """A conversation message is not one memory_sql can read.
 

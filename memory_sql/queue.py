@@ -12,14 +12,28 @@ accumulate rather than replace each other, since each holds messages the next on
 Workers in any number of processes :meth:`~UpdateQueue.claim` due rows with a lease (``FOR
 UPDATE SKIP LOCKED`` on PostgreSQL; SQLite's single writer elsewhere), so no row is processed
 by two workers at once; a lease left by a dead process expires and the row is claimed again.
+Updates of one memory (tenant, user, agent) run one at a time: a claim never hands out a row
+whose memory has another row under an unexpired lease (on PostgreSQL a transaction-scoped
+advisory lock per memory makes concurrent claims agree), so threads of one busy user do not
+race each other to version conflicts.
 Each enqueue moves the row's ``generation`` forward: a conversation that arrives while its key
 is being processed makes :meth:`~UpdateQueue.complete` keep the row for the next run instead of
 deleting it. A failed run is retried after an exponential back-off; after ``max_attempts`` runs
 the row stays, ``failed``, with its last error, until a new conversation for the key arrives.
+A run that lost to version conflicts is postponed (:meth:`~UpdateQueue.postpone`) with its parsed
+reply, its attempt not counted, so the next run applies that reply without asking the LLM again.
+
+When the memory lives in the queue's database, :meth:`~UpdateQueue.complete_on` completes a
+row inside the memory save's own transaction: the save and the completion commit together or
+not at all, so a process killed at any point never applies one conversation twice.
+
+Every method is retried once when it meets a connection that died (a restarted server, see
+:func:`~memory_sql.database.reconnecting`); each is safe to repeat.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
@@ -34,8 +48,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 
-from .database import database_errors
-from .errors import StorageError
+from .database import database_errors, reconnecting
+from .errors import LeaseLostError, StorageError
 from .messages import Message
 from .models import utcnow
 from .schema import memory_pending_updates as pending
@@ -43,7 +57,11 @@ from .scope import Scope
 from .signals import Signals
 
 MAX_BACKOFF_SECONDS = 3600.0
-_KEY = (pending.c.tenant_id, pending.c.user_id, pending.c.agent_name, pending.c.thread_id)
+_MEMORY = (pending.c.tenant_id, pending.c.user_id, pending.c.agent_name)
+_KEY = (*_MEMORY, pending.c.thread_id)
+# The first key of PostgreSQL's two-key advisory locks taken by claims ("ms" for memory_sql).
+_ADVISORY_LOCK_CLASS = 0x6D73
+_sibling = pending.alias("sibling")
 _SELECT_FOR_ADD = sa.select(
     pending.c.first_enqueued_at,
     pending.c.correction,
@@ -65,6 +83,8 @@ class PendingUpdate:
     signals: Signals
     generation: int
     attempts: int
+    reply: str | None = None
+    """A parsed LLM reply (JSON) left by a run that lost to version conflicts."""
 
 
 def make_owner() -> str:
@@ -101,6 +121,7 @@ class UpdateQueue:
 
     # enqueue ---------------------------------------------------------------------------------
 
+    @reconnecting
     def add(
         self,
         scope: Scope,
@@ -153,8 +174,13 @@ class UpdateQueue:
             merged = Signals(row.correction, row.reinforcement) | signals
             if immediate and not _leased(row.lease_until, now):
                 # Flushes accumulate: each holds messages a summarization removed, which the
-                # next flush of the thread no longer contains.
-                body = json.dumps(json.loads(row.messages) + json.loads(body), ensure_ascii=True)
+                # next flush of the thread no longer contains. The same flush twice (an add
+                # run again after its commit was lost with the connection) is kept once.
+                waiting, adding = json.loads(row.messages), json.loads(body)
+                if waiting[-len(adding) :] != adding:
+                    body = json.dumps(waiting + adding, ensure_ascii=True)
+                else:
+                    body = row.messages
             first = now if row.status == "failed" else row.first_enqueued_at
             if not immediate:
                 due = min(due, first + self.max_wait)
@@ -172,74 +198,129 @@ class UpdateQueue:
                     status="pending",
                     attempts=sa.case((pending.c.status == "failed", 0), else_=pending.c.attempts),
                     last_error=None,
+                    reply=None,
                 )
             )
         return due
 
     # work ------------------------------------------------------------------------------------
 
+    @reconnecting
     def claim(self, limit: int, *, now: datetime | None = None) -> list[PendingUpdate]:
-        """Lease up to ``limit`` due rows to this queue's owner, earliest due first."""
+        """Lease up to ``limit`` due rows to this queue's owner, earliest due first, at most one
+        per memory and none of a memory with a row leased elsewhere."""
         if limit <= 0:
             return []
         now = now or utcnow()
+        claimed: list[PendingUpdate] = []
+        with self._transaction() as conn:
+            while len(claimed) < limit:
+                rows = conn.execute(self._claimable(limit - len(claimed), now)).all()
+                if self._postgres and rows:
+                    rows = self._still_free(conn, rows, now)
+                items = [self._lease(conn, row, now) for row in rows]
+                claimed.extend(item for item in items if item is not None)
+                if None not in items:
+                    break
+                # Rows that cannot run were marked failed: their memories' next rows may run.
+        return claimed
+
+    def _claimable(self, limit: int, now: datetime) -> sa.Select[Any]:
+        """Due, unleased rows of memories with no live lease: each memory's earliest."""
+        first_of_memory = sa.func.row_number().over(
+            partition_by=_MEMORY, order_by=(pending.c.due_at, pending.c.thread_id, pending.c.kind)
+        )
+        ranked = (
+            sa.select(*_KEY, pending.c.kind, first_of_memory.label("rank"))
+            .where(
+                pending.c.status == "pending",
+                pending.c.due_at <= now,
+                _unleased(now),
+                ~_memory_leased(now),
+            )
+            .subquery("ranked")
+        )
         query = (
             sa.select(*_KEY, pending.c.kind, pending.c.messages, pending.c.correction)
             .add_columns(pending.c.reinforcement, pending.c.generation, pending.c.attempts)
-            .where(pending.c.status == "pending", pending.c.due_at <= now, _unleased(now))
+            .add_columns(pending.c.reply)
+            .join(
+                ranked,
+                sa.and_(*(column == ranked.c[column.name] for column in (*_KEY, pending.c.kind))),
+            )
+            .where(ranked.c.rank == 1)
             .order_by(pending.c.due_at)
             .limit(limit)
         )
         if self._postgres:
-            query = query.with_for_update(skip_locked=True)
-        claimed = []
-        with self._transaction() as conn:
-            for row in conn.execute(query).all():
-                scope = Scope(row.tenant_id, row.user_id, row.agent_name or None)
-                key = _key_values(scope, row.thread_id, row.kind)
-                problem = None
-                if row.attempts >= self.max_attempts:
-                    # Every earlier run died with its process: the row itself may be the cause.
-                    problem = f"{row.attempts} runs never finished (each process running it died)"
-                else:
-                    try:
-                        messages = tuple(
-                            Message.from_dict(m, index=i)
-                            for i, m in enumerate(json.loads(row.messages))
-                        )
-                    except (ValueError, TypeError) as exc:
-                        problem = f"the queued conversation is unreadable: {exc}"
-                if problem is not None:
-                    conn.execute(
-                        sa.update(pending)
-                        .where(_is_key(key))
-                        .values(
-                            status="failed", last_error=problem, lease_owner=None, lease_until=None
-                        )
-                    )
-                    continue
-                conn.execute(
-                    sa.update(pending)
-                    .where(_is_key(key))
-                    .values(
-                        lease_owner=self.owner,
-                        lease_until=now + self.lease,
-                        attempts=pending.c.attempts + 1,
-                    )
-                )
-                claimed.append(
-                    PendingUpdate(
-                        scope=scope,
-                        thread_id=row.thread_id,
-                        kind=row.kind,
-                        messages=messages,
-                        signals=Signals(row.correction, row.reinforcement),
-                        generation=row.generation,
-                        attempts=row.attempts + 1,
-                    )
-                )
-        return claimed
+            query = query.with_for_update(of=pending, skip_locked=True)
+        return query
 
+    def _still_free(self, conn: Connection, rows: Sequence[Any], now: datetime) -> list[Any]:
+        """``rows`` whose memory this transaction could lock and that no concurrent claim
+        leased meanwhile (PostgreSQL). The lock is held until this claim commits; the check
+        after it is a new statement, so it sees every lease committed before the lock."""
+        locks = [
+            sa.func.pg_try_advisory_xact_lock(_ADVISORY_LOCK_CLASS, _memory_lock_id(row))
+            for row in rows
+        ]
+        got = conn.execute(sa.select(*locks)).one()
+        rows = [row for row, locked in zip(rows, got, strict=True) if locked]
+        if not rows:
+            return []
+        memories = [(row.tenant_id, row.user_id, row.agent_name) for row in rows]
+        leased = set(
+            conn.execute(
+                sa.select(*_MEMORY)
+                .where(sa.tuple_(*_MEMORY).in_(memories), pending.c.lease_until >= now)
+                .distinct()
+            ).all()
+        )
+        return [row for row, memory in zip(rows, memories, strict=True) if memory not in leased]
+
+    def _lease(self, conn: Connection, row: Any, now: datetime) -> PendingUpdate | None:
+        """Lease one claimable row, or mark it failed when it cannot run (``None``)."""
+        scope = Scope(row.tenant_id, row.user_id, row.agent_name or None)
+        key = _key_values(scope, row.thread_id, row.kind)
+        problem = None
+        if row.attempts >= self.max_attempts:
+            # Every earlier run died with its process: the row itself may be the cause.
+            problem = f"{row.attempts} runs never finished (each process running it died)"
+        else:
+            try:
+                messages = tuple(
+                    Message.from_dict(m, index=i) for i, m in enumerate(json.loads(row.messages))
+                )
+            except (ValueError, TypeError) as exc:
+                problem = f"the queued conversation is unreadable: {exc}"
+        if problem is not None:
+            conn.execute(
+                sa.update(pending)
+                .where(_is_key(key))
+                .values(status="failed", last_error=problem, lease_owner=None, lease_until=None)
+            )
+            return None
+        conn.execute(
+            sa.update(pending)
+            .where(_is_key(key))
+            .values(
+                lease_owner=self.owner,
+                lease_until=now + self.lease,
+                attempts=pending.c.attempts + 1,
+            )
+        )
+        return PendingUpdate(
+            scope=scope,
+            thread_id=row.thread_id,
+            kind=row.kind,
+            messages=messages,
+            signals=Signals(row.correction, row.reinforcement),
+            generation=row.generation,
+            attempts=row.attempts + 1,
+            reply=row.reply,
+        )
+
+    @reconnecting
     def renew(self, items: Sequence[PendingUpdate], *, now: datetime | None = None) -> int:
         """Extend the leases of ``items`` (runs still going) by ``lease_seconds`` from now.
         Returns how many leases were still this owner's to extend."""
@@ -257,35 +338,84 @@ class UpdateQueue:
                 ).rowcount
         return renewed
 
+    @reconnecting
     def complete(self, item: PendingUpdate) -> bool:
-        """The run of ``item`` succeeded: delete its row, unless a newer conversation arrived
-        meanwhile (then the row stays for the next run). True if the row was deleted."""
-        key = _key_values(item.scope, item.thread_id, item.kind)
+        """The run of ``item`` succeeded: :meth:`complete_on` in a transaction of its own."""
         with self._transaction() as conn:
-            deleted = conn.execute(
-                sa.delete(pending).where(
-                    _is_key(key),
-                    pending.c.generation == item.generation,
-                    pending.c.lease_owner == self.owner,
-                )
-            ).rowcount
-            if deleted:
-                return True
-            # A newer conversation arrived during the run: it waits its own debounce, and the
-            # maximum wait counts from when it came (the run took everything before it).
-            conn.execute(
-                sa.update(pending)
-                .where(_is_key(key), pending.c.lease_owner == self.owner)
-                .values(
-                    lease_owner=None,
-                    lease_until=None,
-                    attempts=0,
-                    last_error=None,
-                    first_enqueued_at=pending.c.last_enqueued_at,
-                )
+            return self.complete_on(conn, item)
+
+    def complete_on(self, conn: Connection, item: PendingUpdate) -> bool:
+        """Complete ``item``'s row on ``conn``, inside the caller's transaction (the memory
+        save's, when the memory shares this database): delete it, unless a newer conversation
+        arrived meanwhile (then the row stays, released, for the next run). True if deleted.
+
+        Raises:
+            LeaseLostError: the row is no longer leased to this owner (its lease ran out and
+                another worker took it): the caller's transaction must roll back.
+        """
+        key = _key_values(item.scope, item.thread_id, item.kind)
+        deleted = conn.execute(
+            sa.delete(pending).where(
+                _is_key(key),
+                pending.c.generation == item.generation,
+                pending.c.lease_owner == self.owner,
+            )
+        ).rowcount
+        if deleted:
+            return True
+        # A newer conversation arrived during the run: it waits its own debounce, and the
+        # maximum wait counts from when it came (the run took everything before it).
+        released = conn.execute(
+            sa.update(pending)
+            .where(_is_key(key), pending.c.lease_owner == self.owner)
+            .values(
+                lease_owner=None,
+                lease_until=None,
+                attempts=0,
+                last_error=None,
+                first_enqueued_at=pending.c.last_enqueued_at,
+            )
+        ).rowcount
+        if not released:
+            raise LeaseLostError(
+                f"update queue: the row of {item.scope}, thread {item.thread_id} "
+                "is no longer leased to this worker"
             )
         return False
 
+    @reconnecting
+    def postpone(
+        self,
+        item: PendingUpdate,
+        reply: str | None,
+        delay_seconds: float,
+        note: str,
+        *,
+        now: datetime | None = None,
+    ) -> bool:
+        """Give ``item`` back to run again after ``delay_seconds``, its attempt not counted,
+        keeping ``reply`` (a parsed LLM reply as JSON) for that run unless a newer conversation
+        arrived meanwhile. ``note`` is recorded as the last error. False if the lease was lost.
+        """
+        now = now or utcnow()
+        key = _key_values(item.scope, item.thread_id, item.kind)
+        with self._transaction() as conn:
+            return bool(
+                conn.execute(
+                    sa.update(pending)
+                    .where(_is_key(key), pending.c.lease_owner == self.owner)
+                    .values(
+                        lease_owner=None,
+                        lease_until=None,
+                        attempts=pending.c.attempts - 1,
+                        due_at=now + timedelta(seconds=delay_seconds),
+                        last_error=note[:4000],
+                        reply=sa.case((pending.c.generation == item.generation, reply), else_=None),
+                    )
+                ).rowcount
+            )
+
+    @reconnecting
     def fail(self, item: PendingUpdate, error: str, *, now: datetime | None = None) -> str:
         """The run of ``item`` failed with ``error``. Returns what happens next: ``retry``
         (after a back-off), ``failed`` (attempts used up), ``superseded`` (a newer conversation
@@ -321,6 +451,7 @@ class UpdateQueue:
             conn.execute(sa.update(pending).where(_is_key(key)).values(**released, **values))
         return outcome
 
+    @reconnecting
     def release(self, item: PendingUpdate) -> None:
         """Give ``item`` back unrun (shutting down): due now, the attempt not counted."""
         key = _key_values(item.scope, item.thread_id, item.kind)
@@ -333,14 +464,17 @@ class UpdateQueue:
 
     # scheduling and reporting ----------------------------------------------------------------
 
+    @reconnecting
     def next_due(self, *, now: datetime | None = None) -> datetime | None:
         """When a pending row can next be claimed: its due time, or the end of another owner's
         lease on it."""
         now = now or utcnow()
         with self._connection() as conn:
+            # A row of a memory with a row leased waits for that run: for ours, its end
+            # wakes the worker; for another process's, the end of that lease does (below).
             unleased = conn.execute(
                 sa.select(sa.func.min(pending.c.due_at)).where(
-                    pending.c.status == "pending", _unleased(now)
+                    pending.c.status == "pending", _unleased(now), ~_memory_leased(now)
                 )
             ).scalar()
             lease_end = conn.execute(
@@ -353,6 +487,7 @@ class UpdateQueue:
         times = [t for t in (unleased, lease_end) if t is not None]
         return min(times) if times else None
 
+    @reconnecting
     def make_all_due(self, *, now: datetime | None = None) -> int:
         """Make every pending row due now (a flush). Returns how many rows that touched."""
         now = now or utcnow()
@@ -363,6 +498,7 @@ class UpdateQueue:
                 .values(due_at=now)
             ).rowcount
 
+    @reconnecting
     def counts(self, *, now: datetime | None = None) -> dict[str, int]:
         """Rows ``pending`` (waiting or running), ``failed`` (given up), ``leased`` (running
         anywhere now) and ``due`` (waiting and due now)."""
@@ -423,3 +559,23 @@ def _leased(lease_until: datetime | None, now: datetime) -> bool:
 
 def _unleased(now: datetime) -> sa.ColumnElement[bool]:
     return sa.or_(pending.c.lease_until.is_(None), pending.c.lease_until < now)
+
+
+def _memory_leased(now: datetime) -> sa.ColumnElement[bool]:
+    """Some row of the same memory (tenant, user, agent) is under an unexpired lease."""
+    return (
+        sa.select(1)
+        .where(
+            _sibling.c.tenant_id == pending.c.tenant_id,
+            _sibling.c.user_id == pending.c.user_id,
+            _sibling.c.agent_name == pending.c.agent_name,
+            _sibling.c.lease_until >= now,
+        )
+        .exists()
+    )
+
+
+def _memory_lock_id(row: Any) -> int:
+    """The second key of the memory's advisory lock: a signed 32-bit digest of its scope."""
+    name = f"{row.tenant_id}\x00{row.user_id}\x00{row.agent_name}".encode()
+    return int.from_bytes(hashlib.blake2b(name, digest_size=4).digest(), "big", signed=True)

@@ -188,6 +188,13 @@ memory_pending_updates = Table(
     Column("last_error", Text, nullable=True),
     Column("lease_owner", String(64), nullable=True),
     Column("lease_until", UTCDateTime, nullable=True),
+    Column(
+        "reply",
+        Text,
+        nullable=True,
+        comment="the parsed LLM reply of a run that gave up on version conflicts, "
+        "applied again by the next run instead of asking the LLM",
+    ),
     CheckConstraint("kind IN ('turn', 'flush')", name="kind"),
     CheckConstraint("status IN ('pending', 'failed')", name="status"),
     Index("ix_memory_pending_updates_status_due_at", "status", "due_at"),

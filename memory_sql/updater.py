@@ -3,8 +3,9 @@
 :meth:`MemoryUpdater.update_memory` loads the scope's memory, asks the LLM once
 (:mod:`memory_sql.prompt`), reads its reply (:mod:`memory_sql.update_parser`), applies it
 (:func:`apply_update`) and saves with ``expected_version``. When another writer saved first,
-the memory is loaded again and the same reply applied to it, without asking the LLM again, up
-to :data:`MAX_SAVE_ATTEMPTS` saves in all.
+the memory is loaded again and the same reply applied to it, without asking the LLM again, after
+a jittered back-off, up to :data:`MAX_SAVE_ATTEMPTS` saves in all; a run that still loses
+returns the reply (``UpdateResult.reply``) so that a later run can apply it without the LLM.
 
 :func:`apply_update` applies a reply, in this order:
 
@@ -26,7 +27,9 @@ to :data:`MAX_SAVE_ATTEMPTS` saves in all.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+import random
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -53,7 +56,11 @@ from .uploads import mentions_upload, strip_upload_mentions
 
 logger = logging.getLogger(__name__)
 
-MAX_SAVE_ATTEMPTS = 3
+MAX_SAVE_ATTEMPTS = 6
+CONFLICT_BACKOFF_SECONDS = 0.05
+"""The first back-off after a version conflict; each next one doubles, each a random part of
+it (full jitter), so writers that collided do not collide again in step."""
+MAX_CONFLICT_BACKOFF_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -66,6 +73,8 @@ class UpdateResult:
     the sections rewritten (``work_context`` …). Token counts are the LLM's (0 when it was not
     called or did not say). ``version`` is the stored version afterwards (``None`` when it is
     not known), ``attempts`` the number of saves tried, ``llm_called`` whether the LLM was asked.
+    ``conflicted`` marks a run that failed because every save lost to another writer; its
+    ``reply`` is the parsed LLM reply, to apply again later without asking the LLM.
     """
 
     ok: bool
@@ -79,6 +88,8 @@ class UpdateResult:
     version: int | None = None
     attempts: int = 0
     llm_called: bool = False
+    conflicted: bool = False
+    reply: MemoryUpdate | None = None
 
     @property
     def changed(self) -> bool:
@@ -257,10 +268,7 @@ class MemoryUpdater:
 
         ``messages`` are raw chat messages (any shape :mod:`memory_sql.messages` reads) or
         :class:`~memory_sql.Message` objects; they are filtered with
-        :func:`~memory_sql.filter_messages_for_memory` (filtering twice changes nothing). A
-        conversation with no user turn left is not sent to the LLM: the result is ``ok`` with
-        no change. ``correction_detected`` and ``reinforcement_detected`` choose the prompt's
-        mode.
+        :func:`~memory_sql.filter_messages_for_memory`, then go to :meth:`update_from`.
 
         Expected failures do not raise: the LLM failing or answering something unusable, the
         storage failing, or :data:`MAX_SAVE_ATTEMPTS` version conflicts in a row give a result
@@ -276,18 +284,52 @@ class MemoryUpdater:
         conversation = filter_messages_for_memory(
             messages, patterns=load_patterns(self.config.patterns_dir)
         )
+        return self.update_from(
+            conversation,
+            scope,
+            thread_id,
+            correction_detected=correction_detected,
+            reinforcement_detected=reinforcement_detected,
+        )
+
+    def update_from(
+        self,
+        conversation: Sequence[Message],
+        scope: Scope,
+        thread_id: str,
+        *,
+        correction_detected: bool = False,
+        reinforcement_detected: bool = False,
+        reply: MemoryUpdate | None = None,
+        in_transaction: Callable[[Any], object] | None = None,
+    ) -> UpdateResult:
+        """:meth:`update_memory` of a conversation already filtered (as the queue holds it),
+        for a checked ``scope`` and ``thread_id``.
+
+        A conversation with no user turn is not sent to the LLM: the result is ``ok`` with no
+        change. ``correction_detected`` and ``reinforcement_detected`` choose the prompt's
+        mode. ``reply``, when given, is applied instead of asking the LLM (a reply an earlier
+        run parsed, then lost to version conflicts). ``in_transaction`` goes to the save
+        (:meth:`SQLStorage.save <memory_sql.storage.SQLStorage.save>`), to commit other
+        writes with it; it is not called when the update changes nothing.
+        """
         if not any(message.role == "user" for message in conversation):
             logger.debug("memory %s, thread %s: nothing to learn from", scope, thread_id)
             return UpdateResult(ok=True)
-        return _Run(self, scope, thread_id).execute(
-            conversation, correction_detected, reinforcement_detected
-        )
+        run = _Run(self, scope, thread_id, in_transaction)
+        return run.execute(conversation, correction_detected, reinforcement_detected, reply)
 
 
 class _Run:
     """One update of one scope: the steps of :meth:`MemoryUpdater.update_memory`."""
 
-    def __init__(self, updater: MemoryUpdater, scope: Scope, thread_id: str) -> None:
+    def __init__(
+        self,
+        updater: MemoryUpdater,
+        scope: Scope,
+        thread_id: str,
+        in_transaction: Callable[[Any], object] | None,
+    ) -> None:
         self.config = updater.config
         self.storage = updater.storage
         self.llm = updater.llm
@@ -298,16 +340,23 @@ class _Run:
             "agent_name": scope.agent_name,
             "tenant_id": scope.tenant_id,
         }
+        self.save_options = {} if in_transaction is None else {"in_transaction": in_transaction}
         self.tokens = (0, 0)
         self.llm_called = False
 
     def execute(
-        self, conversation: Sequence[Message], correction: bool, reinforcement: bool
+        self,
+        conversation: Sequence[Message],
+        correction: bool,
+        reinforcement: bool,
+        reply: MemoryUpdate | None,
     ) -> UpdateResult:
         try:
             memory = self.storage.load(**self.where)
         except StorageError as exc:
             return self.failed(f"cannot load the memory: {exc}")
+        if reply is not None:
+            return self.save(memory, reply)
         prompt = build_update_prompt(
             memory, conversation, correction=correction, reinforcement=reinforcement
         )
@@ -334,13 +383,19 @@ class _Run:
                 return self.result(changes, memory.version, attempts)
             attempts += 1
             try:
-                version = self.storage.save(doc, **self.where, expected_version=memory.version)
+                version = self.storage.save(
+                    doc, **self.where, expected_version=memory.version, **self.save_options
+                )
             except VersionConflictError as exc:
                 if attempts >= MAX_SAVE_ATTEMPTS:
                     return self.failed(
-                        f"gave up after {attempts} version conflicts: {exc}", attempts=attempts
+                        f"gave up after {attempts} version conflicts: {exc}",
+                        attempts=attempts,
+                        conflicted=update,
                     )
                 logger.debug("memory %s: %s; applying the update again", self.scope, exc)
+                ceiling = CONFLICT_BACKOFF_SECONDS * 2 ** (attempts - 1)
+                time.sleep(random.uniform(0, min(ceiling, MAX_CONFLICT_BACKOFF_SECONDS)))
             except (StorageError, DuplicateFactError) as exc:
                 return self.failed(f"cannot save the memory: {exc}", attempts=attempts)
             else:
@@ -377,7 +432,9 @@ class _Run:
             llm_called=self.llm_called,
         )
 
-    def failed(self, error: str, *, attempts: int = 0) -> UpdateResult:
+    def failed(
+        self, error: str, *, attempts: int = 0, conflicted: MemoryUpdate | None = None
+    ) -> UpdateResult:
         error = " ".join(error.split())
         logger.warning(
             "memory update of %s from thread %s failed: %s", self.scope, self.thread_id, error
@@ -389,6 +446,8 @@ class _Run:
             completion_tokens=self.tokens[1],
             attempts=attempts,
             llm_called=self.llm_called,
+            conflicted=conflicted is not None,
+            reply=conflicted,
         )
 
     def log_details(self, changes: AppliedChanges) -> None:

@@ -9,6 +9,7 @@ import pytest
 import sqlalchemy as sa
 
 from memory_sql.database import create_engine
+from memory_sql.errors import LeaseLostError
 from memory_sql.messages import Message
 from memory_sql.queue import UpdateQueue
 from memory_sql.schema import memory_pending_updates as pending
@@ -45,6 +46,7 @@ def conversation(text: str) -> list[Message]:
 
 
 SCOPE = Scope.of(user_id="alice", agent_name="coder")
+BOB = Scope.of(user_id="bob", agent_name="coder")
 
 
 def rows(engine) -> list:
@@ -123,7 +125,8 @@ def test_claim_leases_due_rows_once(engine):
     after_lease = due + timedelta(seconds=61)  # the owner died: its lease runs out
     (again,) = theirs.claim(5, now=after_lease)
     assert again.attempts == 2
-    assert mine.complete(item) is False  # the lease is no longer ours
+    with pytest.raises(LeaseLostError):  # the lease is no longer ours
+        mine.complete(item)
     assert theirs.complete(again) is True
     assert rows(engine) == []
 
@@ -177,7 +180,7 @@ def test_next_due_and_make_all_due(engine):
     queue = make_queue(engine, debounce_seconds=30)
     assert queue.next_due(now=T0) is None
     queue.add(SCOPE, "t1", conversation("a"), Signals(), now=T0)
-    queue.add(SCOPE, "t2", conversation("b"), Signals(), now=T0 + timedelta(seconds=5))
+    queue.add(BOB, "t2", conversation("b"), Signals(), now=T0 + timedelta(seconds=5))
     assert queue.next_due(now=T0) == T0 + timedelta(seconds=30)
     assert queue.make_all_due(now=T0) == 2
     other = make_queue(engine, owner="other")
@@ -198,7 +201,8 @@ def test_release_gives_a_row_back_without_counting_the_attempt(engine):
 def test_racing_claimers_never_share_a_row(engine):
     seed = make_queue(engine, debounce_seconds=0)
     for n in range(120):
-        seed.add(SCOPE, f"t{n:03d}", conversation(str(n)), Signals(), now=T0)
+        user = Scope.of(user_id=f"user{n % 12}", agent_name="coder")
+        seed.add(user, f"t{n:03d}", conversation(str(n)), Signals(), now=T0)
     claimed: list[str] = []
     lock = threading.Lock()
     start = threading.Barrier(6)
@@ -209,6 +213,8 @@ def test_racing_claimers_never_share_a_row(engine):
         while items := queue.claim(3, now=T0 + timedelta(seconds=1)):
             with lock:
                 claimed.extend(item.thread_id for item in items)
+            for item in items:
+                queue.complete(item)
 
     threads = [threading.Thread(target=claimer, args=(f"w{i}",)) for i in range(6)]
     for thread in threads:
@@ -217,6 +223,95 @@ def test_racing_claimers_never_share_a_row(engine):
         thread.join()
     assert len(claimed) == 120
     assert len(set(claimed)) == 120
+
+
+def test_racing_claimers_run_one_update_of_a_memory_at_a_time(engine):
+    seed = make_queue(engine, debounce_seconds=0)
+    for n in range(40):
+        seed.add(SCOPE, f"t{n:03d}", conversation(str(n)), Signals(), now=T0)
+    seed.add(BOB, "bob-thread", conversation("bob"), Signals(), now=T0)
+    held: set[Scope] = set()
+    overlaps: list[str] = []
+    done: list[str] = []
+    lock = threading.Lock()
+    start = threading.Barrier(6)
+
+    def claimer(owner: str) -> None:
+        queue = make_queue(engine, owner=owner)
+        start.wait()
+        idle_rounds = 0
+        while len(done) < 41 and idle_rounds < 2000:
+            items = queue.claim(4, now=T0 + timedelta(seconds=1))
+            if not items:
+                idle_rounds += 1
+                threading.Event().wait(0.002)
+                continue
+            idle_rounds = 0
+            with lock:
+                for item in items:
+                    if item.scope in held:
+                        overlaps.append(item.thread_id)
+                    held.add(item.scope)
+            assert len({item.scope for item in items}) == len(items)  # one per memory
+            for item in items:
+                with lock:
+                    held.discard(item.scope)  # before its completion commits
+                    done.append(item.thread_id)
+                queue.complete(item)
+
+    threads = [threading.Thread(target=claimer, args=(f"w{i}",)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert overlaps == []
+    assert sorted(done) == sorted([f"t{n:03d}" for n in range(40)] + ["bob-thread"])
+    assert rows(engine) == []
+
+
+def test_a_memory_with_a_running_update_is_not_due_for_the_next_wake(engine):
+    mine, theirs = make_queue(engine, owner="mine"), make_queue(engine, owner="theirs")
+    mine.add(SCOPE, "t1", conversation("a"), Signals(), now=T0)
+    mine.add(SCOPE, "t2", conversation("b"), Signals(), now=T0 + timedelta(seconds=1))
+    due = T0 + timedelta(seconds=40)
+    (item,) = mine.claim(5, now=due)
+    assert theirs.claim(5, now=due) == []  # t2 waits for t1's run
+    assert mine.next_due(now=due) is None  # our own run's end wakes us, not a timer
+    assert theirs.next_due(now=due) == item_lease_end(engine, item)
+    mine.complete(item)
+    (second,) = theirs.claim(5, now=due)
+    assert second.thread_id == "t2"
+
+
+def item_lease_end(engine, item) -> datetime:
+    with engine.connect() as conn:
+        return conn.execute(
+            sa.select(pending.c.lease_until).where(pending.c.thread_id == item.thread_id)
+        ).scalar_one()
+
+
+def test_a_conflicted_run_is_postponed_with_its_reply_and_its_attempt_not_counted(engine):
+    queue = make_queue(engine, debounce_seconds=0)
+    queue.add(SCOPE, "t1", conversation("a"), Signals(), now=T0)
+    (item,) = queue.claim(1, now=T0)
+    assert item.attempts == 1 and item.reply is None
+    assert queue.postpone(item, '{"reply": 1}', 2.0, "version conflicts", now=T0)
+    assert queue.claim(1, now=T0 + timedelta(seconds=1)) == []
+    (again,) = queue.claim(1, now=T0 + timedelta(seconds=2))
+    assert again.attempts == 1 and again.reply == '{"reply": 1}'
+    assert queue.postpone(again, '{"reply": 2}', 0.0, "version conflicts", now=T0)
+    queue.add(SCOPE, "t1", conversation("b"), Signals(), now=T0)  # a newer conversation
+    (fresh,) = queue.claim(1, now=T0 + timedelta(seconds=3))
+    assert fresh.reply is None  # the reply was for the older conversation
+    assert not make_queue(engine, owner="else").postpone(fresh, "{}", 0.0, "x")
+
+
+def test_the_same_flush_added_twice_is_kept_once(engine):
+    queue = make_queue(engine)
+    queue.add(SCOPE, "t1", conversation("dropped"), Signals(), immediate=True, now=T0)
+    queue.add(SCOPE, "t1", conversation("dropped"), Signals(), immediate=True, now=T0)
+    (item,) = queue.claim(1, now=T0)
+    assert [m.text for m in item.messages if m.role == "user"] == ["dropped"]
 
 
 def test_flushes_of_a_thread_accumulate_until_claimed(engine):

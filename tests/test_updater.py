@@ -18,6 +18,7 @@ from llm_server import MALFORMED_REPLIES, ScriptedLLM, llm_config, update_reply
 
 from memory_sql.config import MemoryConfig
 from memory_sql.errors import InvalidMessageError, InvalidScopeError
+from memory_sql.intake import filter_messages_for_memory
 from memory_sql.models import Fact, MemoryDocument, Section, fact_key
 from memory_sql.schema import memory_facts, memory_scopes, memory_sections
 from memory_sql.scope import Scope
@@ -518,19 +519,26 @@ def test_conflicts_exhausted_report_a_failure(store, scope, llm):
     result = MemoryUpdater(llm_config(llm), rivalled).update_memory(
         CONVERSATION, thread_id="t", **scope
     )
-    assert not result.ok
-    assert result.attempts == MAX_SAVE_ATTEMPTS == 3
-    assert result.error.startswith("gave up after 3 version conflicts")
+    assert not result.ok and result.conflicted
+    assert result.attempts == MAX_SAVE_ATTEMPTS
+    assert result.error.startswith(f"gave up after {MAX_SAVE_ATTEMPTS} version conflicts")
     assert len(llm.requests) == 1
     doc = store.load(**scope)
-    assert sorted(f.content for f in doc.facts) == [
-        "Prefers tabs",
-        "Uses vim",
-        "rival 1",
-        "rival 2",
-        "rival 3",
-    ]
+    rivals = [f"rival {n}" for n in range(1, MAX_SAVE_ATTEMPTS + 1)]
+    assert sorted(f.content for f in doc.facts) == ["Prefers tabs", "Uses vim", *rivals]
     assert doc.user.work_context.summary == ""
+
+    # The reply it lost with is applied later, once the rival is gone, without the LLM.
+    again = MemoryUpdater(llm_config(llm), store).update_from(
+        [], Scope.of(**scope), "t", reply=result.reply
+    )
+    assert again.ok is True and not again.changed  # no user turn: nothing to apply
+    again = MemoryUpdater(llm_config(llm), store).update_from(
+        filter_messages_for_memory(CONVERSATION), Scope.of(**scope), "t", reply=result.reply
+    )
+    assert again.ok and again.changed and not again.llm_called
+    assert len(llm.requests) == 1
+    assert store.load(**scope).user.work_context.summary == "Backend engineer at Acme."
 
 
 @pytest.mark.slow

@@ -68,14 +68,7 @@ class MemoryStorage(ABC):
             InvalidScopeError: a scope argument is malformed.
             StorageError: the backend could not be written; nothing was stored.
         """
-        scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=tenant_id)
-        expected = doc.version if expected_version is None else expected_version
-        if expected < 0:
-            raise ValueError(f"expected_version must be >= 0, not {expected}")
-        ids = [fact.id for fact in doc.facts]
-        if len(set(ids)) != len(ids):
-            repeated = next(i for i in ids if ids.count(i) > 1)
-            raise ValueError(f"memory {scope}: fact id {repeated!r} appears twice")
+        scope, expected = _checked_save(doc, user_id, agent_name, tenant_id, expected_version)
         return self._save(scope, doc, expected)
 
     def close(self) -> None:  # noqa: B027 - backends with nothing to release need not override
@@ -97,6 +90,25 @@ class MemoryStorage(ABC):
 
     @abstractmethod
     def _save(self, scope: Scope, doc: MemoryDocument, expected_version: int) -> int: ...
+
+
+def _checked_save(
+    doc: MemoryDocument,
+    user_id: str | None,
+    agent_name: str | None,
+    tenant_id: str | None,
+    expected_version: int | None,
+) -> tuple[Scope, int]:
+    """The scope and expected version of a :meth:`MemoryStorage.save`, its arguments checked."""
+    scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=tenant_id)
+    expected = doc.version if expected_version is None else expected_version
+    if expected < 0:
+        raise ValueError(f"expected_version must be >= 0, not {expected}")
+    ids = [fact.id for fact in doc.facts]
+    if len(set(ids)) != len(ids):
+        repeated = next(i for i in ids if ids.count(i) > 1)
+        raise ValueError(f"memory {scope}: fact id {repeated!r} appears twice")
+    return scope, expected
 
 
 @dataclass

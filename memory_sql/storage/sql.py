@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -14,7 +14,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Connection, Engine
 
-from ..database import database_errors, redacted
+from ..database import database_errors, reconnecting, redacted
 from ..errors import DuplicateFactError, StorageError, VersionConflictError
 from ..migrations import ensure_at_head, open_engine
 from ..models import Fact, MemoryDocument, Section, fact_digest, utcnow
@@ -26,7 +26,14 @@ from ..schema import (
     memory_sections,
 )
 from ..scope import Scope
-from .base import Changes, MemoryStorage, apply_changes, diff_documents, sort_facts
+from .base import (
+    Changes,
+    MemoryStorage,
+    _checked_save,
+    apply_changes,
+    diff_documents,
+    sort_facts,
+)
 from .cache import DEFAULT_CACHE_SCOPES, DocumentCache
 
 
@@ -155,17 +162,8 @@ class SQLStorage(MemoryStorage):
 
     # load ------------------------------------------------------------------------------------
 
+    @reconnecting
     def _load(self, scope: Scope) -> MemoryDocument:
-        try:
-            return self._load_once(scope)
-        except StorageError as exc:
-            cause = exc.__cause__
-            if not (isinstance(cause, sa_exc.DBAPIError) and cause.connection_invalidated):
-                raise
-        # The pooled connection had died (a restarted server): one more try on a fresh one.
-        return self._load_once(scope)
-
-    def _load_once(self, scope: Scope) -> MemoryDocument:
         with self._errors(scope), self.engine.connect() as conn:
             head = conn.execute(_SELECT_HEAD, _scope_params(scope)).first()
             if head is not None:
@@ -199,7 +197,30 @@ class SQLStorage(MemoryStorage):
 
     # save ------------------------------------------------------------------------------------
 
-    def _save(self, scope: Scope, doc: MemoryDocument, expected_version: int) -> int:
+    def save(
+        self,
+        doc: MemoryDocument,
+        *,
+        user_id: str | None = None,
+        agent_name: str | None = None,
+        tenant_id: str | None = None,
+        expected_version: int | None = None,
+        in_transaction: Callable[[Connection], object] | None = None,
+    ) -> int:
+        """:meth:`MemoryStorage.save`, and ``in_transaction``: when the save writes, it is
+        called with the save's connection after the rows are written and before the commit,
+        so what it writes commits with the save, and an exception it raises rolls the whole
+        save back (and is raised). It is not called when nothing changed."""
+        scope, expected = _checked_save(doc, user_id, agent_name, tenant_id, expected_version)
+        return self._save(scope, doc, expected, in_transaction)
+
+    def _save(
+        self,
+        scope: Scope,
+        doc: MemoryDocument,
+        expected_version: int,
+        in_transaction: Callable[[Connection], object] | None = None,
+    ) -> int:
         now = utcnow()
         with self._write_transaction(scope, doc) as conn:
             created_at, base = self._claim(conn, scope, expected_version, now)
@@ -209,6 +230,8 @@ class SQLStorage(MemoryStorage):
                 return expected_version
             new_version = expected_version + 1
             self._write(conn, scope, changes, new_version, now)
+            if in_transaction is not None:
+                in_transaction(conn)
         stored = apply_changes(base, changes, new_version)
         stored.last_updated = now
         self._cache.put(scope, (new_version, created_at), stored)
