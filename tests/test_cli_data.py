@@ -230,6 +230,7 @@ def test_facts_add_list_search_remove(url):
 
 
 def test_commands_refuse_a_database_not_at_head(tmp_path):
+    (tmp_path / "empty.db").touch()  # an empty SQLite database
     url = f"sqlite:///{tmp_path / 'empty.db'}"
     for args in (["facts", "list", "--user", "u"], ["report"], ["forget", "--user", "u", "-y"]):
         output = invoke(*args, "--url", url, code=1)

@@ -22,6 +22,7 @@ runner = CliRunner()
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def empty_url(request: pytest.FixtureRequest, tmp_path) -> str:
     if request.param == "sqlite":
+        (tmp_path / "cli.db").touch()  # an empty file is an empty SQLite database
         return f"sqlite:///{tmp_path / 'cli.db'}"
     return request.getfixturevalue("new_pg_database")().render_as_string(hide_password=False)
 

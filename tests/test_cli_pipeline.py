@@ -346,6 +346,7 @@ def test_context_of_an_empty_memory_is_a_note_on_stderr(db_url, config_file, use
 
 
 def test_context_on_an_old_schema_is_one_line(tmp_path):
+    (tmp_path / "new.db").touch()  # an empty SQLite database
     url = f"sqlite:///{tmp_path / 'new.db'}"
     result = invoke("context", "--user", "alice", "--url", url)
     assert result.exit_code == 1

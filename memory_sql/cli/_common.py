@@ -6,13 +6,15 @@ import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
+from urllib.parse import unquote, urlsplit
 
 import typer
 from rich.console import Console
+from sqlalchemy.engine import URL
 
 from ..config import MemoryConfig
-from ..database import URL_ENV
-from ..errors import MemorySQLError
+from ..database import URL_ENV, resolve_url
+from ..errors import MemorySQLError, StorageError
 
 app = typer.Typer(
     name="memory-sql",
@@ -68,9 +70,60 @@ ConfigOption = Annotated[
 ]
 
 
-def load_config(config: Path | None, url: str | None = None) -> MemoryConfig:
-    """The configuration from ``--config`` (or the environment), with ``--url`` as storage."""
+def load_config(
+    config: Path | None, url: str | None = None, *, create: bool = True
+) -> MemoryConfig:
+    """The configuration from ``--config`` (or the environment), with ``--url`` as storage.
+
+    ``create=False`` (a command that only reads) passes a SQL storage through
+    :func:`database_url`, so that a SQLite file that does not exist is an error.
+    """
     loaded = MemoryConfig.from_yaml(config) if config is not None else MemoryConfig.from_env()
     if url is not None:
         loaded = loaded.model_copy(update={"storage": url})
+    target = loaded.storage
+    if (
+        not create
+        and not loaded.storage_class
+        and ("://" in target or target.startswith("sqlite:"))
+    ):
+        database_url(target, create=False)
     return loaded
+
+
+def database_url(target: str | URL | None, *, create: bool) -> URL:
+    """The database a command opens: ``target``, else ``$MEMORY_SQL_DATABASE_URL``, else the
+    default SQLite file (:func:`~memory_sql.database.resolve_url`).
+
+    Every command's database passes here before an engine is made. Only commands that write
+    (``create=True``: ``db upgrade``, ``ingest``, ``import``, ``facts add``, …) may let SQLite
+    create a missing file; for the others a SQLite file that does not exist is an error naming
+    it, and no empty database is left behind.
+
+    Raises:
+        StorageError: ``create`` is false and the SQLite file does not exist.
+        ValueError: not a supported database URL.
+    """
+    resolved = resolve_url(target)
+    path = sqlite_file(resolved)
+    if not create and path is not None and not path.exists():
+        raise StorageError(
+            f"no database at {path}: the SQLite file does not exist (this command does not "
+            "create one; `memory-sql db upgrade` does)"
+        )
+    return resolved
+
+
+def sqlite_file(url: URL) -> Path | None:
+    """The file a SQLite URL opens (``sqlite:///path.db``, or ``sqlite:///file:path?uri=true``),
+    ``None`` for an in-memory database or another backend."""
+    if url.get_backend_name() != "sqlite":
+        return None
+    database = url.database or ""
+    if str(url.query.get("uri", "")).lower() in ("true", "1") and database.startswith("file:"):
+        if str(url.query.get("mode", "")) == "memory":
+            return None
+        database = unquote(urlsplit(database).path)
+    if database in ("", ":memory:"):
+        return None
+    return Path(database)

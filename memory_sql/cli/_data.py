@@ -11,9 +11,8 @@ from typing import Annotated, Any
 
 import typer
 
-from ..database import resolve_url
 from ..storage import SQLStorage
-from ._common import load_config
+from ._common import database_url, load_config
 
 UserOption = Annotated[str, typer.Option("--user", help="The user whose memory it is.")]
 AgentOption = Annotated[
@@ -27,13 +26,19 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of 
 
 
 @contextmanager
-def sql_storage(url: str | None, config: Path | None = None) -> Iterator[SQLStorage]:
+def sql_storage(
+    url: str | None, config: Path | None = None, *, create: bool = False
+) -> Iterator[SQLStorage]:
     """The SQL store at ``--url`` (else the ``storage`` of ``--config``, else
     ``$MEMORY_SQL_DATABASE_URL``, else the default SQLite file), at the schema head.
+
+    A missing SQLite file is refused unless ``create`` (commands that write: see
+    :func:`~memory_sql.cli._common.database_url`).
 
     Raises:
         SchemaOutOfDateError: the schema is not at head (the message names
             ``memory-sql db upgrade``).
+        StorageError: the SQLite file does not exist and ``create`` is false.
         ValueError: the storage is not a SQL database URL.
     """
     target = url
@@ -50,7 +55,7 @@ def sql_storage(url: str | None, config: Path | None = None) -> Iterator[SQLStor
             f"{target!r} is not a database URL; these commands need sqlite:///… or "
             "postgresql+psycopg://…"
         )
-    storage = SQLStorage(resolve_url(target))
+    storage = SQLStorage(database_url(target, create=create))
     try:
         yield storage
     finally:

@@ -7,7 +7,7 @@ import typer
 from .. import migrations
 from ..database import create_engine, redacted
 from ..errors import MemorySQLError
-from ._common import UrlOption, app, command, out
+from ._common import UrlOption, app, command, database_url, out
 
 db_app = typer.Typer(help="Create and check the database schema (Alembic).", no_args_is_help=True)
 app.add_typer(db_app, name="db")
@@ -20,7 +20,7 @@ def db_upgrade(url: UrlOption = None, revision: str = "head") -> None:
     Example:
         memory-sql db upgrade --url postgresql+psycopg://postgres@127.0.0.1/memory
     """
-    engine = create_engine(url, statement_timeout=None)
+    engine = create_engine(database_url(url, create=True), statement_timeout=None)
     try:
         before = migrations.current_revision(engine)
         migrations.upgrade(engine, revision)
@@ -41,7 +41,7 @@ def db_current(url: UrlOption = None) -> None:
     Example:
         memory-sql db current --url sqlite:///memory_sql.db
     """
-    engine = create_engine(url, statement_timeout=None)
+    engine = create_engine(database_url(url, create=False), statement_timeout=None)
     try:
         current = migrations.current_revision(engine)
     finally:
@@ -58,7 +58,7 @@ def db_check(url: UrlOption = None) -> None:
     Example:
         memory-sql db check --url postgresql+psycopg://postgres@127.0.0.1/memory
     """
-    engine = create_engine(url, statement_timeout=None)
+    engine = create_engine(database_url(url, create=False), statement_timeout=None)
     try:
         migrations.ensure_at_head(engine)
         drift = migrations.check(engine)

@@ -66,7 +66,7 @@ def facts_add(
     Example:
         memory-sql facts add --user alice "Prefers tabs" --category preference
     """
-    with sql_storage(url, config) as storage:
+    with sql_storage(url, config, create=True) as storage:
         fact = admin.add_fact(
             storage,
             text,

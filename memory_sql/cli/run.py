@@ -423,7 +423,7 @@ def context(
     Example:
         memory-sql context --user alice --agent coder
     """
-    settings = load_config(config, url)
+    settings = load_config(config, url, create=False)
     with _logging(logging.WARNING), MemoryService(settings, start=False) as service:
         # Loaded here first so that a database problem is an error, not an empty block.
         doc = service.storage.load(user_id=user, agent_name=agent, tenant_id=tenant)

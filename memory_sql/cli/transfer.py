@@ -138,7 +138,7 @@ def import_(
             )
         source = "<stdin>" if str(jsonl) == "-" else str(jsonl)
         content = sys.stdin.buffer.read() if source == "<stdin>" else jsonl.read_bytes()
-        with sql_storage(url, config) as storage:
+        with sql_storage(url, config, create=True) as storage:
             result = admin.import_jsonl(storage.engine, content, source=source)
         out.print(
             f"imported {_memories(result.memories)} from {source}: {result.changed} changed, "
@@ -151,7 +151,7 @@ def import_(
         raise ValueError("give FILE and --user for one memory, or --jsonl FILE for many")
     scope = Scope.of(user_id=user, agent_name=agent, tenant_id=tenant)
     content = file.read_bytes()
-    with sql_storage(url, config) as storage:
+    with sql_storage(url, config, create=True) as storage:
         before, after = admin.import_memory(
             storage, content, user_id=user, agent_name=agent, tenant_id=tenant, source=str(file)
         )
