@@ -83,6 +83,8 @@ _NUMBER_FIELDS = (
     "max_attempts",
     "retry_backoff_seconds",
     "sweep_interval_seconds",
+    "spool_max_conversations",
+    "spool_retry_seconds",
     "llm_timeout_seconds",
     "llm_max_retries",
     "llm_temperature",
@@ -115,7 +117,10 @@ class MemoryConfig(BaseModel):
     than ``max_debounce_seconds`` after its first pending one. The queue: ``workers`` threads
     claim due work for ``lease_seconds``; a failed run is retried after
     ``retry_backoff_seconds`` (the worker may grow it) up to ``max_attempts`` runs in all;
-    every ``sweep_interval_seconds`` the scheduler looks for due and abandoned work.
+    every ``sweep_interval_seconds`` the scheduler looks for due and abandoned work. While
+    the queue's database cannot be written, up to ``spool_max_conversations`` conversations
+    wait in the process (``0``: none, they are dropped as before) and are written every
+    ``spool_retry_seconds`` until it answers.
     """
 
     model_config = ConfigDict(
@@ -140,6 +145,8 @@ class MemoryConfig(BaseModel):
     max_attempts: int = Field(5, ge=1, le=100)
     retry_backoff_seconds: float = Field(30.0, ge=0, le=86400)
     sweep_interval_seconds: float = Field(60.0, gt=0, le=3600)
+    spool_max_conversations: int = Field(1000, ge=0, le=1_000_000)
+    spool_retry_seconds: float = Field(2.0, gt=0, le=600)
     llm_base_url: str | None = None
     llm_api_key: SecretStr | None = None
     llm_timeout_seconds: float = Field(60.0, gt=0, le=600)

@@ -18,7 +18,9 @@ A message is *hidden* when ``hide_from_ui`` is set in ``additional_kwargs`` (or 
 of a dict), unless it carries a well-formed answer to a clarification question
 (``additional_kwargs.human_input_response``): the user typed that, so it is kept.
 
-Anything else raises :class:`~memory_sql.errors.InvalidMessageError` naming the message's index.
+Anything else raises :class:`~memory_sql.errors.InvalidMessageError` naming the message's index,
+and so does text that cannot be encoded as UTF-8 (a lone surrogate such as ``"\ud800"``): no
+LLM request or database row could carry it.
 """
 
 from __future__ import annotations
@@ -90,6 +92,7 @@ class Message:
             raise InvalidMessageError(index, f"role must be one of {', '.join(ROLES)}")
         if not isinstance(text, str):
             raise InvalidMessageError(index, "text must be a string")
+        _check_encodable(text, "text", index)
         flags = [data.get("has_tool_calls", False), data.get("hidden", False)]
         if not all(isinstance(flag, bool) for flag in flags):
             raise InvalidMessageError(index, "has_tool_calls and hidden must be booleans")
@@ -146,7 +149,23 @@ def normalize_message(message: Any, index: int | None = None) -> Message:
         msg_id = str(msg_id)
     if msg_id is not None and not isinstance(msg_id, str):
         raise InvalidMessageError(index, f"id must be a string, got {type(msg_id).__name__}")
+    _check_encodable(text, "text", index)
+    if msg_id:
+        _check_encodable(msg_id, "id", index)
     return Message(role, text, has_tool_calls, hidden, msg_id or None)
+
+
+def _check_encodable(value: str, what: str, index: int | None) -> None:
+    if value.isascii():
+        return
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidMessageError(
+            index,
+            f"{what} is not valid Unicode ({exc.reason} at character {exc.start}: "
+            f"{value[exc.start]!r})",
+        ) from None
 
 
 def normalize_messages(messages: Iterable[Any]) -> list[Message]:

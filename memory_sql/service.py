@@ -7,8 +7,16 @@
 
 The agent-facing methods (:meth:`~MemoryService.after_agent`,
 :meth:`~MemoryService.before_summarization`, :meth:`~MemoryService.memory_context`) never raise
-into the agent's turn: a problem (malformed messages, a bad name, the database down) is logged
-and counted in :meth:`~MemoryService.status`, and the turn goes on without memory.
+into the agent's turn: a problem (malformed messages, a bad name) is logged and counted in
+:meth:`~MemoryService.status`, and the turn goes on without memory. A conversation the queue
+cannot take because its database is down waits in the process (:mod:`memory_sql.queue.spool`)
+until the database answers; only a process that dies during the outage loses it.
+
+When the memory and the queue share a database (a SQL store), an update's save and the
+completion of its queue row commit in one transaction: however a process dies, each queued
+conversation takes effect once (a flush too long for one prompt, learned from part by part, is
+at least once). With the JSON-file store the queue is a separate SQLite file, and an update
+killed between its save and its completion runs again: at least once.
 """
 
 from __future__ import annotations
@@ -25,18 +33,19 @@ from sqlalchemy.engine import Engine
 from . import migrations
 from .config import MemoryConfig
 from .database import create_engine
+from .errors import LeaseLostError
 from .injection import render_memory_block
 from .intake import filter_messages_for_memory, has_minimum_dialogue
 from .llm import LLMClient
 from .pattern_files import load_patterns
 from .prompt import split_conversation
-from .queue import PendingUpdate, UpdateQueue
+from .queue import PendingUpdate, RunOutcome, Spool, UpdateQueue, UpdateWorker
 from .scope import Scope, check_thread_id
 from .signals import detect_signals
 from .storage import FileStorage, MemoryStorage, SQLStorage, load_storage_class
 from .tokens import make_token_counter
+from .update_parser import MemoryUpdate
 from .updater import MemoryUpdater
-from .worker import RunOutcome, UpdateWorker
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +92,16 @@ class MemoryService:
             workers=self.config.workers,
             sweep_interval=self.config.sweep_interval_seconds,
         )
+        self.spool = Spool(
+            self.queue,
+            max_conversations=self.config.spool_max_conversations,
+            retry_seconds=self.config.spool_retry_seconds,
+            on_queued=self.worker.notify,
+        )
+        # The save of an update completes its queue row in the same transaction.
+        self._completes_in_save = (
+            isinstance(self.storage, SQLStorage) and self.storage.engine is self.queue.engine
+        )
         worst_llm_call = self.config.llm_timeout_seconds * (self.config.llm_max_retries + 1)
         if self.config.lease_seconds <= worst_llm_call:
             logger.warning(
@@ -113,7 +132,10 @@ class MemoryService:
 
         Filters the messages, needs at least one user and one assistant turn, detects
         correction / reinforcement, and queues the conversation for its key (tenant, user,
-        agent, thread). Returns True if something was queued.
+        agent, thread), or spools it while the database is down. Returns True if the
+        conversation was queued or spooled; False when there was nothing to learn or it was
+        refused (malformed messages, text that is not valid Unicode, a bad name: logged and
+        counted as a problem).
         """
         return self._enqueue(messages, thread_id, user_id, agent_name, tenant_id, immediate=False)
 
@@ -160,13 +182,27 @@ class MemoryService:
     # operating it ----------------------------------------------------------------------------
 
     def flush(self, timeout: float = 30.0) -> bool:
-        """Run every pending update now; True if none is left pending within ``timeout``."""
-        return self.worker.flush(timeout)
+        """Write what is spooled, then run every pending update now; True if none is left
+        pending (nor spooled) within ``timeout``.
+
+        Raises:
+            StorageError: the queue's database cannot be read or written.
+        """
+        self.spool.write()
+        done = self.worker.flush(timeout)
+        return done and len(self.spool) == 0
 
     def status(self) -> dict[str, int]:
         """``pending`` and ``failed`` rows in the queue (all processes), ``leased`` (running
-        anywhere), ``in_flight`` (running here), ``completed`` / ``failed_runs`` (here, since
-        start) and ``problems`` (hook calls that were logged instead of raising)."""
+        anywhere), ``in_flight`` (running here), ``completed`` / ``failed_runs`` /
+        ``postponed`` (runs here since start; postponed: lost to version conflicts, run again),
+        ``spooled`` (conversations waiting here for the database), ``spool_dropped`` (spooled
+        conversations lost, the spool being full) and ``problems`` (hook calls that were logged
+        instead of raising).
+
+        Raises:
+            StorageError: the queue's database cannot be read.
+        """
         counts = self.queue.counts()
         return {
             "pending": counts["pending"],
@@ -175,6 +211,9 @@ class MemoryService:
             "in_flight": self.worker.in_flight,
             "completed": self.worker.completed,
             "failed_runs": self.worker.failed,
+            "postponed": self.worker.postponed,
+            "spooled": len(self.spool),
+            "spool_dropped": self.spool.dropped,
             "problems": self._problems,
         }
 
@@ -185,6 +224,7 @@ class MemoryService:
         if self._closed:
             return True
         self._closed = True
+        self.spool.close()
         finished = self.worker.stop(timeout)
         if not finished:
             logger.warning("memory_sql: closed with updates still running; they finish alone")
@@ -223,9 +263,7 @@ class MemoryService:
             if not has_minimum_dialogue(filtered):
                 return False
             signals = detect_signals(filtered, patterns=self._patterns)
-            due = self.queue.add(scope, thread_id, filtered, signals, immediate=immediate)
-            self.worker.notify(due)
-            return True
+            return self.spool.add(scope, thread_id, filtered, signals, immediate=immediate)
         except Exception:
             self._problem(
                 "memory_sql: cannot queue thread %r of user %r for memory", thread_id, user_id
@@ -236,19 +274,37 @@ class MemoryService:
         # A turn's oldest messages were learned from in earlier runs; a flush's were not, so a
         # flush too long for one prompt is learned from part by part.
         parts = split_conversation(item.messages) if item.kind == "flush" else [item.messages]
-        for part in parts:
-            result = self.updater.update_memory(
-                part,
-                thread_id=item.thread_id,
-                user_id=item.scope.user_id,
-                agent_name=item.scope.agent_name,
-                tenant_id=item.scope.tenant_id,
-                correction_detected=item.signals.correction,
-                reinforcement_detected=item.signals.reinforcement,
-            )
+        single = len(parts) == 1
+        completed = False
+
+        def complete_with_the_save(connection: Any) -> None:
+            nonlocal completed
+            self.queue.complete_on(connection, item)
+            completed = True
+
+        for number, part in enumerate(parts, 1):
+            last = number == len(parts)
+            try:
+                result = self.updater.update_from(
+                    part,
+                    item.scope,
+                    item.thread_id,
+                    correction_detected=item.signals.correction,
+                    reinforcement_detected=item.signals.reinforcement,
+                    reply=_stored_reply(item) if single else None,
+                    in_transaction=complete_with_the_save
+                    if last and self._completes_in_save
+                    else None,
+                )
+            except LeaseLostError as exc:
+                return RunOutcome(False, str(exc), lease_lost=True)
             if not result.ok:
+                if result.conflicted and single and result.reply is not None:
+                    return RunOutcome(
+                        False, result.error, retry_reply=result.reply.model_dump_json()
+                    )
                 return RunOutcome(False, result.error)
-        return RunOutcome(True)
+        return RunOutcome(True, completed=completed)
 
     def _problem(self, message: str, *args: object) -> None:
         with self._problems_lock:
@@ -279,3 +335,14 @@ class MemoryService:
         self._owned_engines.append(engine)
         migrations.upgrade(engine)
         return engine
+
+
+def _stored_reply(item: PendingUpdate) -> MemoryUpdate | None:
+    """The reply a run that lost to version conflicts left on the row, if it still reads."""
+    if item.reply is None:
+        return None
+    try:
+        return MemoryUpdate.model_validate_json(item.reply)
+    except ValueError:
+        logger.warning("memory %s: the stored reply is unreadable; asking the LLM", item.scope)
+        return None

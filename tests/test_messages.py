@@ -486,3 +486,21 @@ def test_is_trivial_is_linear_on_hostile_text() -> None:
     trivial = load_patterns().trivial
     for text in HOSTILE_TURNS:
         assert _time(is_trivial, text * 5, trivial) < 2.0
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"role": "user", "content": "a lone \ud800 surrogate"},
+        {"role": "user", "content": [{"type": "text", "text": "\udfff"}]},
+        {"role": "user", "content": "fine", "id": "id-\ud83d"},
+    ],
+)
+def test_text_that_cannot_be_utf8_is_refused_naming_the_message(message):
+    with pytest.raises(InvalidMessageError, match=r"message 1: .* is not valid Unicode"):
+        normalize_messages([{"role": "user", "content": "ok"}, message])
+
+
+def test_a_queued_message_with_a_lone_surrogate_does_not_read_back():
+    with pytest.raises(InvalidMessageError, match="not valid Unicode"):
+        Message.from_dict({"role": "user", "text": "\ud800"}, index=0)

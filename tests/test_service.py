@@ -235,6 +235,20 @@ def test_too_little_dialogue_is_not_queued(make_service, scope):
     assert service.status() | {"problems": 0} == service.status()
 
 
+def test_text_that_is_not_valid_unicode_is_refused_at_the_door(make_service, scope, caplog):
+    service = make_service()
+    lone_surrogate = [
+        {"role": "user", "content": "I like tea \ud800"},
+        {"role": "assistant", "content": "Noted."},
+    ]
+    with caplog.at_level(logging.WARNING, logger="memory_sql.service"):
+        assert service.after_agent(lone_surrogate, thread_id="t1", **scope) is False
+    assert "not valid Unicode" in caplog.text
+    status = service.status()
+    assert status["problems"] == 1 and status["pending"] == 0 and status["spooled"] == 0
+    assert service.after_agent(chat("coffee"), thread_id="t1", **scope) is True
+
+
 def test_the_llm_down_leaves_the_conversation_queued_with_its_error(db_url, scope, caplog):
     config = llm_config_unreachable(db_url)
     service = MemoryService(config)
@@ -304,11 +318,15 @@ def test_the_database_going_away_never_reaches_the_agent(new_pg_database, llm, s
         with admin.connect() as conn:
             conn.execute(sa.text(f'DROP DATABASE "{url.database}" WITH (FORCE)'))
         admin.dispose()
-        with caplog.at_level(logging.WARNING, logger="memory_sql.service"):
-            assert service.after_agent(chat("tea"), thread_id="t1", **scope) is False
+        with caplog.at_level(logging.WARNING, logger="memory_sql"):
+            # Kept in the process for when the database answers; this one never will.
+            assert service.after_agent(chat("tea"), thread_id="t1", **scope) is True
+            assert len(service.spool) == 1
             assert service.memory_context(**scope) == ""
-        assert "cannot queue thread" in caplog.text
-        assert "cannot read the memory" in caplog.text
+            assert "database unavailable" in caplog.text
+            assert "cannot read the memory" in caplog.text
+            service.close(timeout=5)
+        assert "1 conversation(s) dropped" in caplog.text
     finally:
         service.close(timeout=5)
 

@@ -20,8 +20,9 @@ from rich.logging import RichHandler
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..database import redacted
-from ..errors import MemorySQLError
+from ..config import MemoryConfig
+from ..database import OutageLog, redacted
+from ..errors import MemorySQLError, StorageError
 from ..intake import filter_messages_for_memory, has_minimum_dialogue
 from ..messages import normalize_messages
 from ..schema import memory_pending_updates as pending
@@ -122,7 +123,8 @@ def ingest(
         memory-sql ingest chat.json --user alice --agent coder
         memory-sql ingest conversations.jsonl --user alice --no-wait
     """
-    settings = load_config(config, url)
+    # A short-lived command reports what it could not queue rather than spooling it.
+    settings = load_config(config, url).model_copy(update={"spool_max_conversations": 0})
     if not settings.enabled:
         raise MemorySQLError("memory is disabled in the config (enabled: false); not queued")
     many = file.is_dir() or file.suffix.lower() == ".jsonl"
@@ -488,13 +490,18 @@ def worker(
         stop.set()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    outage = OutageLog("memory-sql worker")
     try:
         with _logging(logging.INFO):
-            service = MemoryService(settings, start=True)
+            service = _start_when_the_database_answers(settings, stop, outage)
+            if service is None:
+                out.print(f"{received[0] if received else 'stop'}: stopped before starting")
+                return
             try:
+                first = _status(service, outage)
                 out.print(
                     f"worker started: {redacted(settings.storage)}, "
-                    f"{_plural(settings.workers, 'thread')}; {_status_line(service.status())}",
+                    f"{_plural(settings.workers, 'thread')}; {_status_line(first)}",
                     highlight=False,
                 )
                 if not service.updater.llm.model:
@@ -502,21 +509,21 @@ def worker(
                         "[yellow]no memory LLM model configured (model_name, "
                         "MEMORY_SQL_MODEL_NAME or OPENAI_MODEL): every update will fail[/yellow]"
                     )
-                last = service.status()
+                last = first
                 while not stop.wait(status_every):
-                    now = service.status()
-                    if now != last:
+                    now = _status(service, outage)
+                    if now != last and now.get("pending") is not None:
                         out.print(_status_line(now), highlight=False)
-                        last = now
+                    last = now
                 signal_name = received[0] if received else "stop"
                 out.print(
                     f"{signal_name}: stopping; waiting up to {shutdown_timeout:g} s for "
-                    f"{_plural(service.status()['in_flight'], 'update')} in flight",
+                    f"{_plural(service.worker.in_flight, 'update')} in flight",
                     highlight=False,
                 )
                 started = time.monotonic()
                 finished = service.worker.stop(shutdown_timeout)
-                left = service.status()
+                left = _status(service, outage)
             finally:
                 service.close(timeout=0)
     finally:
@@ -529,18 +536,62 @@ def worker(
             f"{shutdown_timeout:g} s were abandoned; their rows run again when the lease "
             f"expires ({settings.lease_seconds:g} s)[/yellow]"
         )
+    pending = left["pending"]
+    waiting = "unknown (database unavailable)" if pending is None else _plural(pending, "update")
     out.print(
         f"worker stopped in {took:.1f} s: {_status_line(left)}; "
-        f"{_plural(left['pending'], 'update')} left pending for the next start",
+        f"{waiting} left pending for the next start",
         highlight=False,
     )
 
 
-def _status_line(status: dict[str, int]) -> str:
+def _start_when_the_database_answers(
+    settings: MemoryConfig, stop: threading.Event, outage: OutageLog
+) -> MemoryService | None:
+    """A started service; while the database cannot be reached, tried again every few
+    seconds until it can or ``stop`` is set (then None). Any other problem is raised."""
+    while True:
+        try:
+            service = MemoryService(settings, start=True)
+        except StorageError as exc:
+            outage.failed(exc)
+            if stop.wait(_RETRY_START_SECONDS):
+                return None
+        else:
+            outage.succeeded()
+            return service
+
+
+_RETRY_START_SECONDS = 5.0
+
+
+def _status(service: MemoryService, outage: OutageLog) -> dict[str, int | None]:
+    """The service's status; the queue's counts are None while its database is down."""
+    try:
+        status: dict[str, int | None] = dict(service.status())
+    except MemorySQLError as exc:
+        outage.failed(exc)
+        status = {
+            "pending": None,
+            "failed": None,
+            "in_flight": service.worker.in_flight,
+            "completed": service.worker.completed,
+            "failed_runs": service.worker.failed,
+        }
+    else:
+        outage.succeeded()
+    return status
+
+
+def _status_line(status: dict[str, int | None]) -> str:
+    def shown(name: str) -> str:
+        value = status[name]
+        return "?" if value is None else str(value)
+
     return (
-        f"pending {status['pending']}, running {status['in_flight']}, "
-        f"done {status['completed']}, failed runs {status['failed_runs']}, "
-        f"given up {status['failed']}"
+        f"pending {shown('pending')}, running {shown('in_flight')}, "
+        f"done {shown('completed')}, failed runs {shown('failed_runs')}, "
+        f"given up {shown('failed')}"
     )
 
 
@@ -572,7 +623,7 @@ def _logging(level: int, *, quiet_updates: bool = False) -> Iterator[None]:
         logger.setLevel(before)
 
 
-_UPDATE_LOGGERS = ("memory_sql.worker", "memory_sql.updater", "memory_sql.llm")
+_UPDATE_LOGGERS = ("memory_sql.queue", "memory_sql.updater", "memory_sql.llm")
 
 
 class _OneLineHandler(RichHandler):

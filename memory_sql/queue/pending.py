@@ -48,13 +48,13 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 
-from .database import database_errors, reconnecting
-from .errors import LeaseLostError, StorageError
-from .messages import Message
-from .models import utcnow
-from .schema import memory_pending_updates as pending
-from .scope import Scope
-from .signals import Signals
+from ..database import database_errors, reconnecting
+from ..errors import LeaseLostError, StorageError
+from ..messages import Message
+from ..models import utcnow
+from ..schema import memory_pending_updates as pending
+from ..scope import Scope
+from ..signals import Signals
 
 MAX_BACKOFF_SECONDS = 3600.0
 _MEMORY = (pending.c.tenant_id, pending.c.user_id, pending.c.agent_name)

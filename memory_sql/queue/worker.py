@@ -13,33 +13,46 @@ is renewed every third of ``lease_seconds``, so a slow LLM never lets a second w
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from apscheduler.executors.pool import ThreadPoolExecutor as SchedulerThreadPool
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from .errors import MemorySQLError
-from .models import utcnow
-from .queue import PendingUpdate, UpdateQueue
+from ..database import OutageLog
+from ..errors import LeaseLostError, MemorySQLError
+from ..models import utcnow
+from .pending import PendingUpdate, UpdateQueue
 
 logger = logging.getLogger(__name__)
 
 Run = Callable[[PendingUpdate], "RunOutcome"]
 RETRY_AFTER_ERROR_SECONDS = 5.0
+CONFLICT_RETRY_SECONDS = (1.0, 5.0)
+"""A run given back after version conflicts runs again after a random delay in this range."""
 
 
+@dataclass(frozen=True)
 class RunOutcome:
-    """What running one item gave: ``ok``, or the error to record."""
+    """What running one item gave, and so what becomes of its row.
 
-    __slots__ = ("error", "ok")
+    ``ok``: the row is completed (deleted, or kept for a newer conversation), unless
+    ``completed`` says the run already did that in its own save's transaction. Otherwise
+    ``error`` is recorded and the row retried or given up; but a run that ``lease_lost`` leaves
+    the row to the worker that took it, and one that lost to version conflicts gives the row
+    back with its ``retry_reply`` (JSON), the attempt not counted.
+    """
 
-    def __init__(self, ok: bool, error: str | None = None) -> None:
-        self.ok = ok
-        self.error = error
+    ok: bool
+    error: str | None = None
+    completed: bool = False
+    lease_lost: bool = False
+    retry_reply: str | None = None
 
 
 class UpdateWorker:
@@ -74,6 +87,8 @@ class UpdateWorker:
         self._stopping = False
         self.completed = 0
         self.failed = 0
+        self.postponed = 0
+        self._outage = OutageLog("memory update worker")
 
     @property
     def in_flight(self) -> int:
@@ -98,7 +113,7 @@ class UpdateWorker:
         try:
             self.queue.renew(running)
         except MemorySQLError as exc:
-            logger.warning("memory update worker: cannot renew leases: %s", exc)
+            self._outage.failed(exc)
 
     def notify(self, due: datetime) -> None:
         """A row becomes claimable at ``due``: wake up then, unless already waking earlier."""
@@ -133,6 +148,7 @@ class UpdateWorker:
                     self._again = False
                 free = self._drain()
                 next_due = self.queue.next_due() if free else None
+                self._outage.succeeded()
                 with self._lock:
                     if self._again and not self._stopping:
                         continue
@@ -145,7 +161,7 @@ class UpdateWorker:
                         self._schedule(next_due)
                     return
         except MemorySQLError as exc:
-            logger.warning("memory update worker: cannot read the queue: %s", exc)
+            self._outage.failed(exc)
             self._retry_soon()
         except Exception:
             logger.exception("memory update worker: unexpected error while claiming work")
@@ -184,34 +200,77 @@ class UpdateWorker:
                     "memory update of %s, thread %s crashed", item.scope, item.thread_id
                 )
                 outcome = RunOutcome(False, f"{type(exc).__name__}: {exc}")
-            if outcome.ok:
-                self.queue.complete(item)
-                self.completed += 1
-            else:
-                what = self.queue.fail(item, outcome.error or "unknown error")
-                self.failed += 1
-                logger.warning(
-                    "memory update of %s, thread %s failed (attempt %d, %s): %s",
-                    item.scope,
-                    item.thread_id,
-                    item.attempts,
-                    what,
-                    outcome.error,
-                )
-        except MemorySQLError as exc:
-            logger.warning(
-                "memory update of %s, thread %s: cannot record the outcome: %s "
-                "(the lease expires and the row is run again)",
-                item.scope,
-                item.thread_id,
-                exc,
-            )
+            self._record_outcome(item, outcome)
         finally:
             with self._lock:
                 self._running.pop(id(item), None)
                 self._in_flight -= 1
                 self._idle.notify_all()
             self.notify(utcnow())
+
+    def _record_outcome(self, item: PendingUpdate, outcome: RunOutcome) -> None:
+        """Record ``outcome`` in the queue; while the database is down, try again (the lease
+        is renewed meanwhile) until it answers, the worker stops, or a lease's time passed."""
+        give_up = time.monotonic() + self.queue.lease.total_seconds()
+        while True:
+            try:
+                self._record(item, outcome)
+                self._outage.succeeded()
+                return
+            except LeaseLostError as exc:
+                logger.warning("memory update of %s: %s", item.scope, exc)
+                return
+            except MemorySQLError as exc:
+                self._outage.failed(exc)
+                if self._stopping or time.monotonic() >= give_up:
+                    logger.warning(
+                        "memory update of %s, thread %s: cannot record the outcome: %s "
+                        "(the lease expires and the row is run again)",
+                        item.scope,
+                        item.thread_id,
+                        exc,
+                    )
+                    return
+            with self._lock:
+                self._idle.wait(RETRY_AFTER_ERROR_SECONDS)
+
+    def _record(self, item: PendingUpdate, outcome: RunOutcome) -> None:
+        if outcome.ok:
+            if not outcome.completed:
+                self.queue.complete(item)
+            self.completed += 1
+        elif outcome.lease_lost:
+            logger.warning(
+                "memory update of %s, thread %s: its lease ran out and another worker took "
+                "the row; this run's changes were rolled back",
+                item.scope,
+                item.thread_id,
+            )
+        elif outcome.retry_reply is not None:
+            self.queue.postpone(
+                item,
+                outcome.retry_reply,
+                random.uniform(*CONFLICT_RETRY_SECONDS),
+                outcome.error or "version conflicts",
+            )
+            self.postponed += 1
+            logger.info(
+                "memory update of %s, thread %s lost to other writers; it runs again soon "
+                "with the same reply",
+                item.scope,
+                item.thread_id,
+            )
+        else:
+            what = self.queue.fail(item, outcome.error or "unknown error")
+            self.failed += 1
+            logger.warning(
+                "memory update of %s, thread %s failed (attempt %d, %s): %s",
+                item.scope,
+                item.thread_id,
+                item.attempts,
+                what,
+                outcome.error,
+            )
 
     def flush(self, timeout: float) -> bool:
         """Make every pending row due and wait until none is pending, or ``timeout`` seconds.
