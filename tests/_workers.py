@@ -77,3 +77,77 @@ def run_service_until_idle(url, llm_base_url, settings, results, timeout=60.0) -
     finally:
         service.close(timeout=10)
     results.put((os.getpid(), status))
+
+
+KILL_POINTS = ("before_save", "before_commit", "after_commit")
+
+
+def run_service_killed_at(url, llm_base_url, point, results, timeout=60.0) -> None:
+    """A MemoryService in its own process that SIGKILLs itself at ``point`` of its first update:
+
+    - ``before_save``: the LLM replied, the save has not begun;
+    - ``before_commit``: inside the save's transaction, the queue row completed, not committed
+      (SQL stores only: the completion runs inside the save);
+    - ``after_commit``: the save returned (committed), before anything else happens.
+
+    The hooks wrap the storage and queue classes in this process only. Should the process
+    outlive ``timeout`` (the point never came), it reports ``(pid, status)`` and exits."""
+    import os
+    import signal
+    import time
+
+    from memory_sql import MemoryConfig
+    from memory_sql.queue import UpdateQueue
+    from memory_sql.service import MemoryService
+    from memory_sql.storage import FileStorage, SQLStorage
+
+    if point not in KILL_POINTS:
+        raise ValueError(f"unknown kill point {point!r}")
+
+    def die() -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    sql_store = "://" in url or url.startswith("sqlite:")
+    store_class = SQLStorage if sql_store else FileStorage
+    original_save = store_class.save
+    original_complete_on = UpdateQueue.complete_on
+
+    def save(self, *args, **kwargs):
+        if point == "before_save":
+            die()
+        version = original_save(self, *args, **kwargs)
+        if point == "after_commit":
+            die()
+        return version
+
+    def complete_on(self, conn, item):
+        completed = original_complete_on(self, conn, item)
+        if point == "before_commit":
+            die()
+        return completed
+
+    store_class.save = save
+    UpdateQueue.complete_on = complete_on
+    config = MemoryConfig(
+        storage=url,
+        model_name="test-model",
+        llm_base_url=llm_base_url,
+        llm_api_key="sk-test",
+        llm_max_retries=0,
+        llm_timeout_seconds=30,
+        workers=1,
+        debounce_seconds=0,
+        lease_seconds=2.0,
+    )
+    service = MemoryService(config)
+    deadline = time.monotonic() + timeout
+    status = service.status()
+    try:
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            status = service.status()
+            if status["pending"] == 0 and status["in_flight"] == 0:
+                break
+    finally:
+        service.close(timeout=10)
+    results.put((os.getpid(), status))
