@@ -198,6 +198,7 @@ memory_pending_updates = Table(
     CheckConstraint("kind IN ('turn', 'flush')", name="kind"),
     CheckConstraint("status IN ('pending', 'failed')", name="status"),
     Index("ix_memory_pending_updates_status_due_at", "status", "due_at"),
+    Index("ix_memory_pending_updates_lease_until", "lease_until"),
     comment="Conversations waiting for a memory update: one row per key, durable across crashes.",
 )
 

@@ -190,6 +190,9 @@ def _error_body(status: int, message: str) -> dict[str, Any]:
 def _handler_for(llm: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # Headers and body go out as two writes: without TCP_NODELAY the second waits for
+        # the client's delayed ACK (tens of milliseconds a call).
+        disable_nagle_algorithm = True
 
         def do_POST(self) -> None:
             try:

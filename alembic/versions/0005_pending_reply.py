@@ -1,4 +1,5 @@
-"""Pending updates keep a parsed LLM reply that lost to version conflicts, to apply it again.
+"""Pending updates keep a parsed LLM reply that lost to version conflicts, to apply it again;
+an index on lease ends finds the memories being updated (a claim skips them).
 
 Revision ID: 0005
 Revises: 0004
@@ -27,9 +28,13 @@ def upgrade() -> None:
             "applied again by the next run instead of asking the LLM",
         ),
     )
+    op.create_index(
+        "ix_memory_pending_updates_lease_until", "memory_pending_updates", ["lease_until"]
+    )
 
 
 def downgrade() -> None:
+    op.drop_index("ix_memory_pending_updates_lease_until", "memory_pending_updates")
     if op.get_bind().dialect.name == "sqlite":
         # SQLite 3.35+ drops a column in place: no table rebuild, so the reporting views of
         # revision 0004 (which SQLite re-checks on a rebuild's rename) stay as they are.

@@ -562,17 +562,15 @@ def _unleased(now: datetime) -> sa.ColumnElement[bool]:
 
 
 def _memory_leased(now: datetime) -> sa.ColumnElement[bool]:
-    """Some row of the same memory (tenant, user, agent) is under an unexpired lease."""
-    return (
-        sa.select(1)
-        .where(
-            _sibling.c.tenant_id == pending.c.tenant_id,
-            _sibling.c.user_id == pending.c.user_id,
-            _sibling.c.agent_name == pending.c.agent_name,
-            _sibling.c.lease_until >= now,
-        )
-        .exists()
+    """Some row of the same memory (tenant, user, agent) is under an unexpired lease.
+
+    Asked as membership in the few memories being updated (found through the lease index),
+    not as a correlated EXISTS: that would read every sibling of every due row, quadratic in
+    the rows of one busy user."""
+    running = sa.select(_sibling.c.tenant_id, _sibling.c.user_id, _sibling.c.agent_name).where(
+        _sibling.c.lease_until >= now
     )
+    return sa.tuple_(*_MEMORY).in_(running)
 
 
 def _memory_lock_id(row: Any) -> int:

@@ -131,8 +131,8 @@ class UpdateWorker:
         # A new job rather than moving the old one: APScheduler removes a date job itself
         # after firing it, and a job moved or removed by us meanwhile would be lost (or would
         # kill its thread with JobLookupError). A later wake-up left behind just finds less.
-        self._next_wake = when
-        if self._scheduler.running:
+        if self._scheduler.running:  # before start(), start() itself looks for work
+            self._next_wake = when
             self._scheduler.add_job(self._wake, "date", run_date=when, name="wake")
 
     def _wake(self) -> None:
