@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -116,7 +117,68 @@ def database_errors(engine: Engine, what: str) -> Iterator[None]:
     except sa.exc.SQLAlchemyError as exc:
         orig = getattr(exc, "orig", None)
         reason = str(orig).strip().splitlines()[0] if orig is not None else str(exc)
-        raise StorageError(f"{what}: database {redacted(engine.url)} failed: {reason}") from exc
+        raise StorageError(
+            f"{what}: database {_shown(engine.url)} failed: {_explained(reason)}"
+        ) from exc
+
+
+# Driver messages an operator meets, said in terms of what to check.
+_EXPLAINED = (
+    (
+        re.compile(r"attempt to write a readonly database", re.I),
+        "the SQLite file is read-only (SQLite must write the file and create its -wal and "
+        "-shm files beside it: check the permissions of the file and of its folder)",
+    ),
+    (
+        re.compile(r"unable to open database file", re.I),
+        "cannot open the SQLite file (its folder is missing, or not writable for the -wal "
+        "and -shm files SQLite creates beside it)",
+    ),
+    (
+        re.compile(r"database is locked", re.I),
+        f"the SQLite file stayed locked by another writer for {SQLITE_BUSY_TIMEOUT_SECONDS:g} s",
+    ),
+    (
+        re.compile(r"Connection refused", re.I),
+        "connection refused: no server is listening there (is PostgreSQL running?)",
+    ),
+    (
+        re.compile(r"read-only transaction", re.I),
+        "the database is read-only (a standby, or default_transaction_read_only is on): "
+        "memory_sql needs a writable primary",
+    ),
+    (
+        re.compile(r"terminating connection|server closed the connection", re.I),
+        "the server closed the connection (restarting or shutting down)",
+    ),
+)
+
+
+def _explained(reason: str) -> str:
+    for pattern, explanation in _EXPLAINED:
+        if pattern.search(reason):
+            return explanation
+    return reason
+
+
+def _shown(url: URL) -> str:
+    """The database as a message names it: a SQLite file by its path, others by URL."""
+    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        path = url.database
+        return path[len("file:") :] if url.query.get("uri") and path.startswith("file:") else path
+    return redacted(url)
+
+
+def check_writable(engine: Engine) -> None:
+    """Raise a :class:`StorageError` saying what is wrong unless the database takes writes.
+
+    The probe rewrites the migration stamp to itself and rolls back: nothing changes."""
+    with database_errors(engine, "memory_sql needs to write"), engine.connect() as conn:
+        options = {"sqlite_begin": "IMMEDIATE"} if engine.dialect.name == "sqlite" else {}
+        conn = conn.execution_options(**options)
+        with conn.begin() as transaction:
+            conn.exec_driver_sql("UPDATE alembic_version SET version_num = version_num")
+            transaction.rollback()
 
 
 def is_disconnect(exc: BaseException) -> bool:
@@ -214,8 +276,6 @@ _MASK = "***"
 
 
 def _secret_parameter(name: str) -> bool:
-    import re
-
     return re.search(r"pass|pwd|secret|token|key|sig|credential|auth", name, re.I) is not None
 
 
@@ -235,7 +295,6 @@ def _render_database_url(url: URL) -> str:
 
 
 def _mask_url_text(text: str) -> str:
-    import re
     from urllib.parse import unquote_plus
 
     # scheme://user:password@host… as SQLAlchemy splits it: the password runs to the first "@"

@@ -62,7 +62,7 @@ def head_revision() -> str:
 
 
 def current_revision(engine: Engine) -> str | None:
-    with database_errors(engine, "migrations"), engine.connect() as connection:
+    with database_errors(engine, "reading the schema revision"), engine.connect() as connection:
         return MigrationContext.configure(connection).get_current_revision()
 
 

@@ -32,7 +32,7 @@ from sqlalchemy.engine import Engine
 
 from . import migrations
 from .config import MemoryConfig
-from .database import create_engine
+from .database import check_writable, create_engine
 from .errors import LeaseLostError
 from .injection import render_memory_block
 from .intake import filter_messages_for_memory, has_minimum_dialogue
@@ -74,8 +74,10 @@ class MemoryService:
         self._owned_engines: list[Engine] = []
         self._owns_storage = storage is None
         self.storage = storage if storage is not None else self._open_storage()
+        queue_engine = self._queue_engine()
+        check_writable(queue_engine)
         self.queue = UpdateQueue(
-            self._queue_engine(),
+            queue_engine,
             debounce_seconds=self.config.debounce_seconds,
             max_debounce_seconds=self.config.max_debounce_seconds,
             lease_seconds=self.config.lease_seconds,
