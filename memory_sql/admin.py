@@ -37,7 +37,14 @@ from .errors import (
     ImportFileError,
     VersionConflictError,
 )
-from .models import CATEGORY_PATTERN, Fact, MemoryDocument, fact_key, format_timestamp
+from .models import (
+    CATEGORY_PATTERN,
+    Fact,
+    MemoryDocument,
+    fact_key,
+    format_timestamp,
+    trusted_fact,
+)
 from .schema import (
     FACT_COLUMNS,
     memory_fact_events,
@@ -48,7 +55,6 @@ from .schema import (
 )
 from .scope import Scope
 from .storage import MemoryStorage, SQLStorage
-from .storage.sql import fact_from_row
 
 SAVE_ATTEMPTS = 5
 """How many times a read-modify-save is tried before a version conflict is raised."""
@@ -207,12 +213,8 @@ def search_facts(
 
 
 def _record(row: Any) -> FactRecord:
-    return FactRecord(
-        tenant_id=row.tenant_id,
-        user_id=row.user_id,
-        agent_name=row.agent_name or None,
-        fact=fact_from_row(row),
-    )
+    tenant_id, user_id, agent_name, *fact = row
+    return FactRecord(tenant_id, user_id, agent_name or None, trusted_fact(*fact))
 
 
 # facts of one memory ---------------------------------------------------------------------------

@@ -79,12 +79,14 @@ def create_engine(
     kwargs.setdefault("pool_timeout", CONNECT_TIMEOUT_SECONDS)
     connect_args = kwargs.setdefault("connect_args", {})
     connect_args.setdefault("connect_timeout", int(CONNECT_TIMEOUT_SECONDS))
+    # Timestamps arrive in UTC, as they are kept: no conversion per value on the way in.
+    options = "-c TimeZone=UTC"
     if statement_timeout is not None:
-        limits = (
-            f"-c statement_timeout={int(statement_timeout * 1000)} "
-            f"-c lock_timeout={int(statement_timeout * 1000 / 3)}"
+        options += (
+            f" -c statement_timeout={int(statement_timeout * 1000)}"
+            f" -c lock_timeout={int(statement_timeout * 1000 / 3)}"
         )
-        connect_args["options"] = f"{connect_args.get('options', '')} {limits}".strip()
+    connect_args["options"] = f"{connect_args.get('options', '')} {options}".strip()
     return sa.create_engine(parsed, **kwargs)
 
 

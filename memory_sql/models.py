@@ -264,6 +264,46 @@ class Fact(_Model):
         return Fact.model_validate({**self.model_dump(), **changes})
 
 
+_FACT_FIELDS = frozenset(Fact.model_fields)
+_new_object = object.__new__
+_set_attribute = object.__setattr__
+
+
+def trusted_fact(
+    fact_id: str,
+    content: str,
+    category: str,
+    confidence: float,
+    source_thread_id: str | None,
+    source_error: str | None,
+    created_at: datetime,
+    updated_at: datetime | None,
+) -> Fact:
+    """A :class:`Fact` of values that were validated as a Fact before (a row the store wrote
+    itself), built without validating them again: four times cheaper than
+    ``Fact.model_construct``, which a cold load of a large memory would spend most of its
+    time in. Input from anywhere else goes through ``Fact(...)``."""
+    fact = _new_object(Fact)
+    _set_attribute(
+        fact,
+        "__dict__",
+        {
+            "id": fact_id,
+            "content": content,
+            "category": category,
+            "confidence": confidence,
+            "source_thread_id": source_thread_id,
+            "source_error": source_error,
+            "created_at": created_at,
+            "updated_at": updated_at,
+        },
+    )
+    _set_attribute(fact, "__pydantic_fields_set__", _FACT_FIELDS)
+    _set_attribute(fact, "__pydantic_extra__", None)
+    _set_attribute(fact, "__pydantic_private__", None)
+    return fact
+
+
 class MemoryDocument(_Model):
     """Everything one scope remembers, plus the storage ``version`` it was loaded at.
 

@@ -138,6 +138,8 @@ def diff_documents(base: MemoryDocument, doc: MemoryDocument, now: datetime) -> 
     changes = Changes()
     for fact in doc.facts:
         old = stored.pop(fact.id, None)
+        if old is fact:  # facts are immutable: the very object loaded is unchanged
+            continue
         if old is None:
             changes.inserted.append(fact.model_copy(update={"updated_at": now}))
         elif any(getattr(fact, name) != getattr(old, name) for name in _FACT_FIELDS):

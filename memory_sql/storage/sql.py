@@ -17,7 +17,7 @@ from sqlalchemy.engine import URL, Connection, Engine
 from ..database import database_errors, reconnecting, redacted
 from ..errors import DuplicateFactError, StorageError, VersionConflictError
 from ..migrations import ensure_at_head, open_engine
-from ..models import Fact, MemoryDocument, Section, fact_digest, utcnow
+from ..models import Fact, MemoryDocument, Section, fact_digest, trusted_fact, utcnow
 from ..schema import (
     FACT_COLUMNS,
     memory_fact_events,
@@ -35,20 +35,6 @@ from .base import (
     sort_facts,
 )
 from .cache import DEFAULT_CACHE_SCOPES, DocumentCache
-
-
-def fact_from_row(row: Any) -> Fact:
-    """The :class:`Fact` a row of :data:`~memory_sql.schema.FACT_COLUMNS` holds."""
-    return Fact(
-        id=row.fact_id,
-        content=row.content,
-        category=row.category,
-        confidence=row.confidence,
-        source_thread_id=row.source_thread_id,
-        source_error=row.source_error,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-    )
 
 
 def _in_scope(table: sa.Table) -> sa.ColumnElement[bool]:
@@ -164,7 +150,8 @@ class SQLStorage(MemoryStorage):
 
     @reconnecting
     def _load(self, scope: Scope) -> MemoryDocument:
-        with self._errors(scope), self.engine.connect() as conn:
+        # Autocommit: each read is one round trip, with no BEGIN before it nor ROLLBACK after.
+        with self._errors(scope), self._reader() as conn:
             head = conn.execute(_SELECT_HEAD, _scope_params(scope)).first()
             if head is not None:
                 cached = self._cache.get(scope, (head.version, head.created_at))
@@ -191,8 +178,8 @@ class SQLStorage(MemoryStorage):
             group = doc.user if hasattr(doc.user, name) else doc.history
             setattr(group, name, Section(summary=summary, updated_at=updated_at))
         # Sorted here, not by ORDER BY, which can lure a planner onto a tenant-wide time index.
-        rows = conn.execute(_SELECT_FACTS, _scope_params(scope))
-        doc.facts = sort_facts(fact_from_row(row) for row in rows)
+        rows = conn.execute(_SELECT_FACTS, _scope_params(scope)).all()
+        doc.facts = sort_facts([trusted_fact(*row) for row in rows])
         return doc
 
     # save ------------------------------------------------------------------------------------
@@ -340,6 +327,9 @@ class SQLStorage(MemoryStorage):
                 )
 
     # cache and errors ------------------------------------------------------------------------
+
+    def _reader(self) -> Connection:
+        return self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
 
     @contextmanager
     def _write_transaction(self, scope: Scope, doc: MemoryDocument) -> Iterator[Connection]:
