@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -10,6 +11,7 @@ from urllib.parse import unquote, urlsplit
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from sqlalchemy.engine import URL
 
 from ..config import MemoryConfig
@@ -30,6 +32,17 @@ err = Console(stderr=True)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def lit(value: object) -> str:
+    """``value`` as literal text inside a Rich markup string.
+
+    Every CLI message is Rich markup (``[red]error:[/red] …``), so any text in it that was not
+    written here — an id, an agent or category name, a file name, a URL, a fact, the message
+    of an exception — passes through ``lit``: ``[/]``, ``[red]x`` or ``[bold]x[/bold]`` is
+    then printed as typed, never read as a tag (nor failing as an unmatched one).
+    """
+    return escape(str(value))
+
+
 def command(group: typer.Typer, name: str) -> Callable[[F], F]:
     """Register a command whose expected failures print one red line and exit 1."""
 
@@ -39,13 +52,24 @@ def command(group: typer.Typer, name: str) -> Callable[[F], F]:
             try:
                 return function(*args, **kwargs)
             except (MemorySQLError, ValueError, OSError) as exc:
-                err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+                err.print(f"[red]error:[/red] {lit(message(exc))}", highlight=False, soft_wrap=True)
                 raise typer.Exit(1) from None
 
         group.command(name)(run)
         return function
 
     return register
+
+
+def message(exc: BaseException) -> str:
+    """What an error line says about ``exc``: its message, on one line; a file-system error
+    as ``FILE: reason`` (``memory.json: No such file or directory``), not Python's
+    ``[Errno 2] …`` form."""
+    if isinstance(exc, OSError) and exc.strerror and exc.filename is not None:
+        text = f"{os.fsdecode(exc.filename)}: {exc.strerror}"
+    else:
+        text = str(exc) or type(exc).__name__
+    return " ".join(text.split()) if "\n" in text else text
 
 
 UrlOption = Annotated[

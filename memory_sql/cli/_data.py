@@ -42,8 +42,9 @@ def sql_storage(
         ValueError: the storage is not a SQL database URL.
     """
     target = url
+    if config is not None:
+        loaded = load_config(config)  # read even beside --url: a broken file is an error
     if target is None and config is not None:
-        loaded = load_config(config)
         if loaded.storage_class:
             raise ValueError(
                 f"storage use: {loaded.storage_class} is not a SQL database; "

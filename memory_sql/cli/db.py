@@ -7,7 +7,7 @@ import typer
 from .. import migrations
 from ..database import create_engine, redacted
 from ..errors import MemorySQLError
-from ._common import UrlOption, app, command, database_url, out
+from ._common import UrlOption, app, command, database_url, lit, out
 
 db_app = typer.Typer(help="Create and check the database schema (Alembic).", no_args_is_help=True)
 app.add_typer(db_app, name="db")
@@ -27,11 +27,15 @@ def db_upgrade(url: UrlOption = None, revision: str = "head") -> None:
         after = migrations.current_revision(engine)
     finally:
         engine.dispose()
-    where = redacted(engine.url)
+    where = lit(redacted(engine.url))
     if before == after:
-        out.print(f"{where}: already at revision {after}")
+        out.print(f"{where}: already at revision {after}", highlight=False, soft_wrap=True)
     else:
-        out.print(f"{where}: upgraded from {before or 'an empty database'} to {after}")
+        out.print(
+            f"{where}: upgraded from {before or 'an empty database'} to {after}",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 @command(db_app, "current")
@@ -48,7 +52,11 @@ def db_current(url: UrlOption = None) -> None:
         engine.dispose()
     head = migrations.head_revision()
     state = "up to date" if current == head else "run `memory-sql db upgrade`"
-    out.print(f"{redacted(engine.url)}: revision {current or 'none'} (head {head}, {state})")
+    out.print(
+        f"{lit(redacted(engine.url))}: revision {current or 'none'} (head {head}, {state})",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 @command(db_app, "check")
@@ -66,4 +74,8 @@ def db_check(url: UrlOption = None) -> None:
         engine.dispose()
     if drift:
         raise MemorySQLError(f"the tables differ from the models: {drift}")
-    out.print(f"{redacted(engine.url)}: schema at head {migrations.head_revision()}, no drift")
+    out.print(
+        f"{lit(redacted(engine.url))}: schema at head {migrations.head_revision()}, no drift",
+        highlight=False,
+        soft_wrap=True,
+    )

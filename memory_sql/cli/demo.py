@@ -9,7 +9,6 @@ from typing import Annotated
 import sqlalchemy as sa
 import typer
 from pydantic import SecretStr
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -25,7 +24,7 @@ from ..prompt import SECTION_KEYS
 from ..scope import Scope
 from ..service import MemoryService
 from ..signals import detect_signals
-from ._common import ConfigOption, app, command, load_config, out
+from ._common import ConfigOption, app, command, lit, load_config, out
 from .run import leftover_updates
 
 DEFAULT_URL = "sqlite:///memory_sql_demo.db"
@@ -76,7 +75,7 @@ def demo(
         migrations.upgrade(engine)
     finally:
         engine.dispose()
-    out.print(f"memory_sql demo: a fresh memory in {path}", highlight=False)
+    out.print(f"memory_sql demo: a fresh memory in {lit(path)}", highlight=False, soft_wrap=True)
     with ExitStack() as stack:
         if replay or not _llm_configured(settings):
             server = stack.enter_context(ReplayLLM(load_recordings()))
@@ -92,14 +91,18 @@ def demo(
             why = "--replay" if replay else "no LLM configured"
             out.print(
                 f"[bold yellow]{why}: replaying recorded responses[/bold yellow] "
-                f"(memory_sql/demo/recorded_responses.json, served at {server.base_url}); "
+                f"(memory_sql/demo/recorded_responses.json, served at {lit(server.base_url)}); "
                 "set model_name and llm_base_url, or OPENAI_MODEL and OPENAI_API_KEY, to use a "
                 "real model",
                 highlight=False,
             )
         else:
             where = redacted(settings.llm_base_url or "https://api.openai.com/v1")
-            out.print(f"LLM: model {settings.model_name} at {where}", highlight=False)
+            out.print(
+                f"LLM: model {lit(settings.model_name)} at {lit(where)}",
+                highlight=False,
+                soft_wrap=True,
+            )
         service = stack.enter_context(MemoryService(settings))
         conversations = load_conversations()
         for number, sample in enumerate(conversations, 1):
@@ -108,7 +111,7 @@ def demo(
         _show(service, first)
         scope = Scope.of(user_id=first.user_id, agent_name=first.agent_name)
     out.print(
-        f"\nStored in {path}. Try: memory-sql context --url {url} --user {scope.user_id}"
+        f"\nStored in {lit(path)}. Try: memory-sql context --url {lit(url)} --user {scope.user_id}"
         + (f" --agent {scope.agent_name}" if scope.agent_name else ""),
         highlight=False,
         soft_wrap=True,
@@ -179,8 +182,8 @@ def _feed(
     found = detect_signals(kept)
     signals = [name for name in ("correction", "reinforcement") if getattr(found, name)]
     out.print(
-        f"\n[bold][{number}/{total}] {escape(sample.title)}[/bold] ({escape(sample.language)}; "
-        f"thread {escape(sample.thread_id)}): {len(sample.messages)} messages, "
+        f"\n[bold][{number}/{total}] {lit(sample.title)}[/bold] ({lit(sample.language)}; "
+        f"thread {lit(sample.thread_id)}): {len(sample.messages)} messages, "
         f"{len(kept)} kept after filtering"
         + (f"; [magenta]{' + '.join(signals)} detected[/magenta]" if signals else ""),
         highlight=False,
@@ -227,7 +230,7 @@ def _show(service: MemoryService, sample: SampleConversation) -> None:
     scope = {"user_id": sample.user_id, "agent_name": sample.agent_name}
     doc = service.storage.load(**scope)
     facts = Table(
-        title=f"Facts of {Scope.of(**scope)} (version {doc.version})", title_justify="left"
+        title=f"Facts of {lit(Scope.of(**scope))} (version {doc.version})", title_justify="left"
     )
     facts.add_column("category")
     facts.add_column("confidence")

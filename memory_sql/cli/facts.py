@@ -5,13 +5,12 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from .. import admin
 from ..admin import FactRecord
 from ..scope import Scope
-from ._common import ConfigOption, UrlOption, app, command, out
+from ._common import ConfigOption, UrlOption, app, command, lit, out
 from ._data import AgentOption, JsonOption, TenantOption, UserOption, print_json, sql_storage
 
 facts_app = typer.Typer(help="List, add, remove and search facts.", no_args_is_help=True)
@@ -42,7 +41,7 @@ def facts_list(
     if as_json:
         print_json([record.to_dict() for record in records])
         return
-    _print_facts(records, title=f"{scope}: version {doc.version}", with_scope=False)
+    _print_facts(records, title=f"{lit(scope)}: version {doc.version}", with_scope=False)
 
 
 @command(facts_app, "add")
@@ -81,7 +80,7 @@ def facts_add(
         print_json(FactRecord(scope.tenant_id, scope.user_id, scope.agent_name, fact).to_dict())
         return
     out.print(
-        f"added {fact.id} to {scope}: {escape(fact.content)}", highlight=False, soft_wrap=True
+        f"added {fact.id} to {lit(scope)}: {lit(fact.content)}", highlight=False, soft_wrap=True
     )
 
 
@@ -103,7 +102,9 @@ def facts_remove(
         fact = admin.remove_fact(storage, fact_id, user_id=user, agent_name=agent, tenant_id=tenant)
     scope = Scope.of(user_id=user, agent_name=agent, tenant_id=tenant)
     out.print(
-        f"removed {fact.id} from {scope}: {escape(fact.content)}", highlight=False, soft_wrap=True
+        f"removed {lit(fact.id)} from {lit(scope)}: {lit(fact.content)}",
+        highlight=False,
+        soft_wrap=True,
     )
 
 
@@ -164,6 +165,6 @@ def _print_facts(records: list[FactRecord], *, title: str, with_scope: bool) -> 
     for record in records:
         scope = f"{record.tenant_id}/{record.user_id}/{record.agent_name or '-'}"
         fact = record.fact
-        cells = [fact.id, fact.category, f"{fact.confidence:.2f}", escape(fact.content)]
-        table.add_row(*([escape(scope)] if with_scope else []), *cells)
+        cells = [lit(fact.id), lit(fact.category), f"{fact.confidence:.2f}", lit(fact.content)]
+        table.add_row(*([lit(scope)] if with_scope else []), *cells)
     out.print(table)

@@ -5,12 +5,11 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from ..reports import build_report
-from ._common import ConfigOption, UrlOption, app, command, out
+from ._common import ConfigOption, UrlOption, app, command, lit, out
 from ._data import JsonOption, print_json, sql_storage
 
 BAR_WIDTH = 40
@@ -56,7 +55,7 @@ def _print_report(data: dict[str, Any]) -> None:
     where = f"tenant {data['tenant_id']}" if data["tenant_id"] else "all tenants"
     memories = "memory" if totals["memories"] == 1 else "memories"
     out.print(
-        f"[bold]memory report[/bold] — {escape(where)}: {totals['facts']} facts in "
+        f"[bold]memory report[/bold] — {lit(where)}: {totals['facts']} facts in "
         f"{totals['memories']} {memories}; updates {totals['pending_updates']} pending, "
         f"{totals['failed_updates']} failed",
         highlight=False,
@@ -70,7 +69,7 @@ def _print_report(data: dict[str, Any]) -> None:
     categories.add_column("min–max", justify="right")
     for row in data["categories"]:
         categories.add_row(
-            escape(row["category"]),
+            lit(row["category"]),
             str(row["facts"]),
             f"{row['avg_confidence']:.2f}",
             f"{row['min_confidence']:.2f}–{row['max_confidence']:.2f}",
@@ -107,7 +106,7 @@ def _print_report(data: dict[str, Any]) -> None:
         largest.add_column(name, justify="left" if name in ("memory", "updated") else "right")
     for row in data["largest"]:
         largest.add_row(
-            escape(f"{row['tenant_id']}/{row['user_id']}/{row['agent_name'] or '-'}"),
+            lit(f"{row['tenant_id']}/{row['user_id']}/{row['agent_name'] or '-'}"),
             str(row["facts"]),
             str(row["sections"]),
             str(row["version"]),

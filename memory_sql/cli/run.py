@@ -17,7 +17,6 @@ from typing import Annotated, Any
 import sqlalchemy as sa
 import typer
 from rich.logging import RichHandler
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..config import MemoryConfig
@@ -28,7 +27,7 @@ from ..messages import normalize_messages
 from ..schema import memory_pending_updates as pending
 from ..scope import Scope, check_thread_id
 from ..service import MemoryService
-from ._common import ConfigOption, UrlOption, app, command, err, load_config, out
+from ._common import ConfigOption, UrlOption, app, command, err, lit, load_config, out
 from ._data import AgentOption, TenantOption, UserOption
 
 _ID_KEYS = {
@@ -157,7 +156,7 @@ def ingest(
     for item in items:
         if isinstance(item, Skip):
             label = "refused" if isinstance(item, Refused) else "skipped"
-            err.print(f"[red]{label}:[/red] {escape(str(item))}", highlight=False, soft_wrap=True)
+            err.print(f"[red]{label}:[/red] {lit(item)}", highlight=False, soft_wrap=True)
     if refused:
         raise MemorySQLError(
             f"{file}: {refused} of {_plural(len(items), 'conversation')} name another user, "
@@ -322,7 +321,7 @@ def _queue(
         if not has_minimum_dialogue(filter_messages_for_memory(item.messages)):
             result.nothing_to_learn += 1
             (progress.console if progress else err).print(
-                f"[yellow]nothing to learn:[/yellow] {escape(item.label)} has no user turn "
+                f"[yellow]nothing to learn:[/yellow] {lit(item.label)} has no user turn "
                 "with an assistant reply left after filtering; not queued",
                 highlight=False,
                 soft_wrap=True,
@@ -369,14 +368,18 @@ def _finish(
             service.flush(timeout=timeout)
         left = leftover_updates(service, keys)
         for line in left:
-            err.print(f"[red]not updated:[/red] {escape(line)}", highlight=False, soft_wrap=True)
+            err.print(f"[red]not updated:[/red] {lit(line)}", highlight=False, soft_wrap=True)
         done = updates - len(left)
         out.print(f"updated: {done} of {_plural(updates, 'memory update')} done", highlight=False)
         for scope in sorted({scope for scope, _ in keys}, key=str)[:10]:
             doc = service.storage.load(
                 user_id=scope.user_id, agent_name=scope.agent_name, tenant_id=scope.tenant_id
             )
-            out.print(f"  {scope}: {_plural(len(doc.facts), 'fact')}, version {doc.version}")
+            out.print(
+                f"  {lit(scope)}: {_plural(len(doc.facts), 'fact')}, version {doc.version}",
+                highlight=False,
+                soft_wrap=True,
+            )
         if left:
             raise typer.Exit(1)
     if invalid:
@@ -432,10 +435,12 @@ def context(
         block = service.memory_context(user_id=user, agent_name=agent, tenant_id=tenant)
     scope = Scope.of(user_id=user, agent_name=agent, tenant_id=tenant)
     if not settings.enabled:
-        err.print(f"memory is disabled (enabled: false): no block for {scope}")
+        err.print(
+            f"memory is disabled (enabled: false): no block for {lit(scope)}", highlight=False
+        )
     elif not block:
         state = "empty" if doc.is_empty() else "nothing to show"
-        err.print(f"the memory of {scope} is {state}: no block to inject", highlight=False)
+        err.print(f"the memory of {lit(scope)} is {state}: no block to inject", highlight=False)
     else:
         out.print(block, markup=False, highlight=False, soft_wrap=True)
 
@@ -500,7 +505,7 @@ def worker(
             try:
                 first = _status(service, outage)
                 out.print(
-                    f"worker started: {redacted(settings.storage)}, "
+                    f"worker started: {lit(redacted(settings.storage))}, "
                     f"{_plural(settings.workers, 'thread')}; {_status_line(first)}",
                     highlight=False,
                 )

@@ -17,7 +17,7 @@ from .. import admin
 from ..database import redacted
 from ..errors import MemorySQLError
 from ..scope import Scope
-from ._common import ConfigOption, UrlOption, app, command, err, out
+from ._common import ConfigOption, UrlOption, app, command, err, lit, out
 from ._data import AgentOption, TenantOption, UserOption, sql_storage
 
 JsonlOption = Annotated[
@@ -66,7 +66,9 @@ def export(
             if str(jsonl) == "-":
                 count = admin.export_jsonl(storage.engine, sys.stdout, tenant_id=tenant)
                 err.print(
-                    f"exported {_memories(count)} from {where}", highlight=False, soft_wrap=True
+                    f"exported {_memories(count)} from {lit(where)}",
+                    highlight=False,
+                    soft_wrap=True,
                 )
                 return
             with _atomic_write(jsonl) as stream:
@@ -77,7 +79,9 @@ def export(
                         f"no memory matched{matched} in {where}; {jsonl} left unchanged"
                     )
         out.print(
-            f"exported {_memories(count)} from {where} to {jsonl}", highlight=False, soft_wrap=True
+            f"exported {_memories(count)} from {lit(where)} to {lit(jsonl)}",
+            highlight=False,
+            soft_wrap=True,
         )
         return
     if user is None:
@@ -91,7 +95,9 @@ def export(
         raise MemorySQLError(f"no memory matched {scope} in {where}; {output} left unchanged")
     if data["revision"] == 0:
         err.print(
-            f"[yellow]note:[/yellow] nothing is stored for {scope}", highlight=False, soft_wrap=True
+            f"[yellow]note:[/yellow] nothing is stored for {lit(scope)}",
+            highlight=False,
+            soft_wrap=True,
         )
     if output is None:
         typer.echo(text, nl=False)
@@ -99,7 +105,8 @@ def export(
     with _atomic_write(output) as stream:
         stream.write(text)
     out.print(
-        f"exported {scope} (version {data['revision']}, {len(data['facts'])} facts) to {output}",
+        f"exported {lit(scope)} (version {data['revision']}, {len(data['facts'])} facts) "
+        f"to {lit(output)}",
         highlight=False,
         soft_wrap=True,
     )
@@ -141,7 +148,7 @@ def import_(
         with sql_storage(url, config, create=True) as storage:
             result = admin.import_jsonl(storage.engine, content, source=source)
         out.print(
-            f"imported {_memories(result.memories)} from {source}: {result.changed} changed, "
+            f"imported {_memories(result.memories)} from {lit(source)}: {result.changed} changed, "
             f"{result.unchanged} unchanged",
             highlight=False,
             soft_wrap=True,
@@ -157,13 +164,13 @@ def import_(
         )
     if before == after:
         out.print(
-            f"{scope} already holds {file}: unchanged at version {after}",
+            f"{lit(scope)} already holds {lit(file)}: unchanged at version {after}",
             highlight=False,
             soft_wrap=True,
         )
     else:
         out.print(
-            f"imported {file} into {scope}: version {before} → {after}",
+            f"imported {lit(file)} into {lit(scope)}: version {before} → {after}",
             highlight=False,
             soft_wrap=True,
         )
@@ -195,7 +202,8 @@ def forget(
             )
         counts = admin.forget_user(storage.engine, scope.user_id, tenant_id=scope.tenant_id)
     out.print(
-        f"forgot user {scope.user_id} (tenant {scope.tenant_id}): {sum(counts.values())} rows",
+        f"forgot user {lit(scope.user_id)} (tenant {lit(scope.tenant_id)}): "
+        f"{sum(counts.values())} rows",
         highlight=False,
         soft_wrap=True,
     )
