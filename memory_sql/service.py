@@ -58,7 +58,8 @@ class MemoryService:
     ``config`` defaults to :meth:`MemoryConfig.from_env`. ``storage`` defaults to what
     ``config.storage`` names; the queue lives in the same database (for the JSON-file store, in
     a SQLite file ``queue.db`` in its folder, migrated here). ``start=False`` builds everything
-    but runs no background work (queued conversations wait for a service that starts).
+    but runs no updates (queued conversations wait for a service that starts); only the
+    spool's retry thread runs, during an outage, to write what it keeps.
     """
 
     def __init__(

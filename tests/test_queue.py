@@ -415,3 +415,35 @@ def test_an_add_racing_a_completed_run_is_not_lost(pg_url):
     finally:
         engine.dispose()
         other.dispose()
+
+
+class _SlowClaims(UpdateQueue):
+    """A real queue whose claims take a while, so that a stop can land in the middle of one."""
+
+    def __init__(self, engine, claiming: threading.Event, **settings) -> None:
+        super().__init__(engine, **settings)
+        self.claiming = claiming
+
+    def claim(self, limit, *, now=None):
+        items = super().claim(limit, now=now)
+        if items:
+            self.claiming.set()
+            threading.Event().wait(0.5)
+        return items
+
+
+def test_a_stop_during_a_claim_gives_the_claimed_rows_back(engine):
+    from memory_sql.queue import RunOutcome, UpdateWorker
+
+    seed = make_queue(engine, debounce_seconds=0)
+    seed.add(SCOPE, "t1", conversation("a"), Signals())
+    claiming = threading.Event()
+    queue = _SlowClaims(engine, claiming, debounce_seconds=0, owner="stopping")
+    runs: list[str] = []
+    worker = UpdateWorker(queue, lambda item: runs.append(item.thread_id) or RunOutcome(True))
+    worker.start()
+    assert claiming.wait(10)
+    assert worker.stop(timeout=5) is True  # it waited for the claim, then gave the row back
+    (row,) = rows(engine)
+    assert row.lease_owner is None and row.attempts == 0
+    assert runs == []

@@ -12,7 +12,7 @@ from sqlalchemy import event
 
 from memory_sql import Fact, MemoryDocument, SchemaOutOfDateError, StorageError
 from memory_sql.database import create_engine
-from memory_sql.models import fact_digest
+from memory_sql.models import Section, fact_digest
 from memory_sql.schema import memory_fact_events, memory_facts, memory_scopes
 from memory_sql.storage import SQLStorage, open_storage
 
@@ -114,6 +114,27 @@ def test_an_unchanged_memory_costs_one_primary_key_read(store, scope):
     assert "memory_scopes" in selects[0] and "memory_facts" not in selects[0]
 
 
+def _row_versions(store, scope) -> dict[str, str]:
+    """PostgreSQL's xmin of the scope's rows: it changes when a row is written."""
+    params = {"user": scope["user_id"]}
+    with store.engine.connect() as conn:
+        versions = {
+            "scope": conn.execute(
+                sa.text("SELECT xmin::text FROM memory_scopes WHERE user_id = :user"), params
+            ).scalar_one()
+        }
+        for content, xmin in conn.execute(
+            sa.text("SELECT content, xmin::text FROM memory_facts WHERE user_id = :user"), params
+        ):
+            versions[f"fact {content}"] = xmin
+        for section, xmin in conn.execute(
+            sa.text("SELECT section, xmin::text FROM memory_sections WHERE user_id = :user"),
+            params,
+        ):
+            versions[f"section {section}"] = xmin
+    return versions
+
+
 def test_the_cache_sees_writes_from_another_process_store(store, sql_url, scope):
     doc = store.load(**scope)
     doc.facts = [Fact(content="original")]
@@ -129,14 +150,24 @@ def test_the_cache_sees_writes_from_another_process_store(store, sql_url, scope)
 def test_a_save_writes_only_the_rows_that_changed(store, scope):
     doc = store.load(**scope)
     doc.facts = [Fact(content=f"fact {i}") for i in range(50)]
+    doc.user.work_context = Section(summary="Works at Acme.")
     store.save(doc, **scope)
     doc = store.load(**scope)
     doc.facts.append(Fact(content="one more"))
+    postgres = store.engine.dialect.name == "postgresql"
+    before = _row_versions(store, scope) if postgres else None
     counter = Statements(store.engine)
     try:
         store.save(doc, **scope)
     finally:
         counter.close()
+    if postgres:
+        # One statement, one round trip; the rows it left alone keep their row version.
+        (statement,) = counter.seen
+        assert statement.lstrip().upper().startswith("WITH")
+        after = _row_versions(store, scope)
+        assert {k for k in after if after[k] != before.get(k)} == {"scope", "fact one more"}
+        return
     writes = [
         s for s in counter.seen if s.lstrip().split()[0].upper() in ("INSERT", "UPDATE", "DELETE")
     ]

@@ -92,7 +92,9 @@ class UpdateWorker:
 
     @property
     def in_flight(self) -> int:
-        return self._in_flight
+        """Updates claimed here and not finished (waiting for a thread, or running)."""
+        with self._lock:
+            return len(self._running) + len(self._waiting)
 
     def start(self) -> None:
         """Start the scheduler and look for work at once (rows a dead process left)."""
@@ -153,6 +155,7 @@ class UpdateWorker:
                     if self._again and not self._stopping:
                         continue
                     self._waking = False
+                    self._idle.notify_all()
                     # With no free thread next_due is None: a finished run claims more instead.
                     earlier = self._next_wake is None or (
                         next_due is not None and next_due < self._next_wake
@@ -168,6 +171,7 @@ class UpdateWorker:
             self._retry_soon()
         with self._lock:
             self._waking = False
+            self._idle.notify_all()
 
     def _retry_soon(self) -> None:
         with self._lock:
@@ -180,12 +184,24 @@ class UpdateWorker:
             free = self.workers - self._in_flight
             if self._stopping or free <= 0:
                 return max(free, 0)
-        items = self.queue.claim(free)
-        with self._lock:
-            self._in_flight += len(items)
-        for item in items:
+            self._in_flight += free  # reserved: stop() waits for this claim to end
+        try:
+            items = self.queue.claim(free)
+        except BaseException:
             with self._lock:
-                self._waiting[id(item)] = (self._pool.submit(self._process, item), item)
+                self._in_flight -= free
+                self._idle.notify_all()
+            raise
+        with self._lock:
+            self._in_flight -= free - len(items)
+            stopping = self._stopping
+            if not stopping:
+                for item in items:
+                    self._waiting[id(item)] = (self._pool.submit(self._process, item), item)
+            self._idle.notify_all()
+        if stopping:  # stop() came during the claim: the rows go back unrun
+            for item in items:
+                self._give_back(item)
         return free - len(items)
 
     def _process(self, item: PendingUpdate) -> None:
@@ -318,7 +334,10 @@ class UpdateWorker:
                 self._give_back(item)
         deadline = time.monotonic() + timeout
         with self._lock:
-            while self._in_flight and (remaining := deadline - time.monotonic()) > 0:
+            # Runs in flight, and a wake-up still reading the queue, end before the pool does.
+            while (self._in_flight or self._waking) and (
+                remaining := deadline - time.monotonic()
+            ) > 0:
                 self._idle.wait(remaining)
             finished = self._in_flight == 0
         self._pool.shutdown(wait=finished)

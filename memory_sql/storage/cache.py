@@ -39,6 +39,12 @@ class DocumentCache:
             self._entries.move_to_end(scope)
             return entry[1]
 
+    def latest(self, scope: Scope) -> tuple[Hashable, MemoryDocument] | None:
+        """The cached stamp and document of ``scope``, whatever the stamp (the caller must
+        make its use conditional on that stamp still being current)."""
+        with self._lock:
+            return self._entries.get(scope)
+
     def put(self, scope: Scope, stamp: Hashable, doc: MemoryDocument) -> None:
         if self.max_scopes == 0:
             return

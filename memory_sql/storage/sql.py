@@ -108,6 +108,152 @@ def _insert_ignoring_conflict(dialect: str) -> Any:
     return sqlite.insert(memory_scopes).on_conflict_do_nothing()
 
 
+def _writable_at_once(changes: Changes) -> bool:
+    """Whether the writes of ``changes`` may run in any order (the sub-statements of one
+    PostgreSQL statement do): no key moves between facts within the save."""
+    if len(changes.rekeyed) > 1:
+        return False
+    if not changes.deleted:
+        return True
+    freed = {fact.key for fact in changes.removed.values()}
+    return not any(fact.key in freed for fact in (*changes.inserted, *changes.updated))
+
+
+# The save of _save_in_one_statement, for PostgreSQL: every write a data-modifying CTE gated on
+# the version check (head), rows passed as arrays, so the text is the same whatever the change
+# and the server plans it once.
+_HEAD_UPDATE = """
+    UPDATE memory_scopes SET version = version + 1, updated_at = %(now)s
+    WHERE tenant_id = %(tenant)s AND user_id = %(user)s AND agent_name = %(agent)s
+      AND version = %(expected)s AND created_at = %(created_at)s
+    RETURNING created_at"""
+_HEAD_INSERT = """
+    INSERT INTO memory_scopes (tenant_id, user_id, agent_name, version, created_at, updated_at)
+    VALUES (%(tenant)s, %(user)s, %(agent)s, 1, %(now)s, %(now)s)
+    ON CONFLICT DO NOTHING
+    RETURNING created_at"""
+_SCOPED = "tenant_id = %(tenant)s AND user_id = %(user)s AND agent_name = %(agent)s"
+_WRITES = f"""
+deleted AS (
+    DELETE FROM memory_facts
+    WHERE {_SCOPED} AND fact_id = ANY(%(deleted)s::text[]) AND EXISTS (SELECT FROM head)
+),
+updated AS (
+    UPDATE memory_facts AS f
+    SET content = v.content, content_key = v.content_key, category = v.category,
+        confidence = v.confidence, source_thread_id = v.source_thread_id,
+        source_error = v.source_error, updated_at = v.updated_at
+    FROM unnest(%(u_id)s::text[], %(u_content)s::text[], %(u_key)s::text[],
+                %(u_category)s::text[], %(u_confidence)s::float8[], %(u_thread)s::text[],
+                %(u_error)s::text[], %(u_updated)s::timestamptz[])
+         AS v(fact_id, content, content_key, category, confidence, source_thread_id,
+              source_error, updated_at)
+    WHERE f.tenant_id = %(tenant)s AND f.user_id = %(user)s AND f.agent_name = %(agent)s
+      AND f.fact_id = v.fact_id AND EXISTS (SELECT FROM head)
+),
+inserted AS (
+    INSERT INTO memory_facts (tenant_id, user_id, agent_name, fact_id, content, content_key,
+                              category, confidence, source_thread_id, source_error,
+                              created_at, updated_at)
+    SELECT %(tenant)s, %(user)s, %(agent)s, v.*
+    FROM unnest(%(i_id)s::text[], %(i_content)s::text[], %(i_key)s::text[],
+                %(i_category)s::text[], %(i_confidence)s::float8[], %(i_thread)s::text[],
+                %(i_error)s::text[], %(i_created)s::timestamptz[], %(i_updated)s::timestamptz[])
+         AS v
+    WHERE EXISTS (SELECT FROM head)
+),
+events AS (
+    INSERT INTO memory_fact_events (tenant_id, user_id, agent_name, version, fact_id, event,
+                                    category, confidence, occurred_at)
+    SELECT %(tenant)s, %(user)s, %(agent)s, %(version)s, v.fact_id, v.event, v.category,
+           v.confidence, %(now)s
+    FROM unnest(%(e_id)s::text[], %(e_event)s::text[], %(e_category)s::text[],
+                %(e_confidence)s::float8[]) AS v(fact_id, event, category, confidence)
+    WHERE EXISTS (SELECT FROM head)
+),
+sections AS (
+    INSERT INTO memory_sections (tenant_id, user_id, agent_name, section, summary, updated_at)
+    SELECT %(tenant)s, %(user)s, %(agent)s, v.*
+    FROM unnest(%(s_name)s::text[], %(s_summary)s::text[], %(s_updated)s::timestamptz[]) AS v
+    WHERE EXISTS (SELECT FROM head)
+    ON CONFLICT (tenant_id, user_id, agent_name, section)
+    DO UPDATE SET summary = excluded.summary, updated_at = excluded.updated_at
+),
+emptied AS (
+    DELETE FROM memory_sections
+    WHERE {_SCOPED} AND section = ANY(%(emptied)s::text[]) AND EXISTS (SELECT FROM head)
+)
+SELECT created_at FROM head"""
+_FIRST_SAVE = f"WITH head AS ({_HEAD_INSERT}\n),{_WRITES}"
+_NEXT_SAVE = f"WITH head AS ({_HEAD_UPDATE}\n),{_WRITES}"
+
+
+def _one_statement_parameters(
+    scope: Scope, changes: Changes, expected: int, created_at: datetime, now: datetime
+) -> dict[str, Any]:
+    updated, inserted = changes.updated, changes.inserted
+    events = _event_rows(scope, changes, expected + 1, now)
+    kept = {n: s for n, s in changes.sections.items() if s.summary or s.updated_at is not None}
+    return {
+        "tenant": scope.tenant_id,
+        "user": scope.user_id,
+        "agent": scope.agent_key,
+        "now": now,
+        "expected": expected,
+        "created_at": created_at,
+        "version": expected + 1,
+        "deleted": changes.deleted,
+        "u_id": [f.id for f in updated],
+        "u_content": [f.content for f in updated],
+        "u_key": [fact_digest(f.content) for f in updated],
+        "u_category": [f.category for f in updated],
+        "u_confidence": [f.confidence for f in updated],
+        "u_thread": [f.source_thread_id for f in updated],
+        "u_error": [f.source_error for f in updated],
+        "u_updated": [f.updated_at for f in updated],
+        "i_id": [f.id for f in inserted],
+        "i_content": [f.content for f in inserted],
+        "i_key": [fact_digest(f.content) for f in inserted],
+        "i_category": [f.category for f in inserted],
+        "i_confidence": [f.confidence for f in inserted],
+        "i_thread": [f.source_thread_id for f in inserted],
+        "i_error": [f.source_error for f in inserted],
+        "i_created": [f.created_at for f in inserted],
+        "i_updated": [f.updated_at for f in inserted],
+        "e_id": [e["fact_id"] for e in events],
+        "e_event": [e["event"] for e in events],
+        "e_category": [e["category"] for e in events],
+        "e_confidence": [e["confidence"] for e in events],
+        "s_name": list(kept),
+        "s_summary": [s.summary for s in kept.values()],
+        "s_updated": [s.updated_at for s in kept.values()],
+        "emptied": [n for n in changes.sections if n not in kept],
+    }
+
+
+def _event_rows(
+    scope: Scope, changes: Changes, version: int, now: datetime
+) -> list[dict[str, Any]]:
+    """The ``memory_fact_events`` rows of a save that makes ``version``."""
+    base = {**_scope_values(scope), "version": version, "occurred_at": now}
+    removed = [changes.removed[fact_id] for fact_id in changes.deleted]
+    return [
+        {
+            **base,
+            "fact_id": f.id,
+            "event": event,
+            "category": f.category,
+            "confidence": f.confidence,
+        }
+        for event, facts in (
+            ("added", changes.inserted),
+            ("updated", changes.updated),
+            ("removed", removed),
+        )
+        for f in facts
+    ]
+
+
 class SQLStorage(MemoryStorage):
     """:class:`MemoryStorage` on PostgreSQL or SQLite.
 
@@ -133,9 +279,8 @@ class SQLStorage(MemoryStorage):
         else:
             self.engine = open_engine(engine_or_url)
             self._owns_engine = True
-        self._write_options = (
-            {"sqlite_begin": "IMMEDIATE"} if self.engine.dialect.name == "sqlite" else {}
-        )
+        self._postgres = self.engine.dialect.name == "postgresql"
+        self._write_options = {} if self._postgres else {"sqlite_begin": "IMMEDIATE"}
         self._cache = DocumentCache(cache_scopes)
 
     def __repr__(self) -> str:
@@ -209,6 +354,10 @@ class SQLStorage(MemoryStorage):
         in_transaction: Callable[[Connection], object] | None = None,
     ) -> int:
         now = utcnow()
+        if self._postgres and in_transaction is None:
+            saved = self._save_in_one_statement(scope, doc, expected_version, now)
+            if saved is not None:
+                return saved
         with self._write_transaction(scope, doc) as conn:
             created_at, base = self._claim(conn, scope, expected_version, now)
             changes = diff_documents(base, doc, now)
@@ -219,6 +368,43 @@ class SQLStorage(MemoryStorage):
             self._write(conn, scope, changes, new_version, now)
             if in_transaction is not None:
                 in_transaction(conn)
+        stored = apply_changes(base, changes, new_version)
+        stored.last_updated = now
+        self._cache.put(scope, (new_version, created_at), stored)
+        return new_version
+
+    def _save_in_one_statement(
+        self, scope: Scope, doc: MemoryDocument, expected_version: int, now: datetime
+    ) -> int | None:
+        """PostgreSQL: the whole save as one statement (data-modifying CTEs, every write gated
+        on the version check), in autocommit: one round trip, atomic as any statement is.
+
+        Needs the stored document at ``expected_version`` from the cache (its creation time
+        goes into the check, so a scope deleted and made again never matches); returns None,
+        having written nothing, when the cache lacks it, the check fails, or the change needs
+        ordered writes (facts trading keys, a key freed and taken in one save): :meth:`_save`
+        then takes the transactional path, which reads the base in the transaction and tells a
+        real conflict from a stale cache entry."""
+        if expected_version == 0:
+            created_at, base = now, MemoryDocument()
+        else:
+            entry = self._cache.latest(scope)
+            if entry is None or entry[0][0] != expected_version:  # type: ignore[index]
+                return None
+            (_, created_at), base = entry  # type: ignore[misc]
+        changes = diff_documents(base, doc, now)
+        if not changes:
+            return expected_version
+        if not _writable_at_once(changes):
+            return None
+        new_version = expected_version + 1
+        statement = _FIRST_SAVE if expected_version == 0 else _NEXT_SAVE
+        parameters = _one_statement_parameters(scope, changes, expected_version, created_at, now)
+        with self._errors(scope, doc), self._reader() as conn:
+            won = conn.exec_driver_sql(statement, parameters).first()
+        if won is None:  # another version, or another scope's incarnation: nothing written
+            self._cache.drop(scope)
+            return None  # the transactional path tells a conflict from a stale cache entry
         stored = apply_changes(base, changes, new_version)
         stored.last_updated = now
         self._cache.put(scope, (new_version, created_at), stored)
@@ -253,23 +439,7 @@ class SQLStorage(MemoryStorage):
     def _log_events(
         self, conn: Connection, scope: Scope, changes: Changes, version: int, now: datetime
     ) -> None:
-        base = {**_scope_values(scope), "version": version, "occurred_at": now}
-        removed = {fact_id: changes.removed[fact_id] for fact_id in changes.deleted}
-        events = [
-            {
-                **base,
-                "fact_id": f.id,
-                "event": event,
-                "category": f.category,
-                "confidence": f.confidence,
-            }
-            for event, facts in (
-                ("added", changes.inserted),
-                ("updated", changes.updated),
-                ("removed", removed.values()),
-            )
-            for f in facts
-        ]
+        events = _event_rows(scope, changes, version, now)
         if events:
             conn.execute(sa.insert(memory_fact_events), events)
 
