@@ -108,8 +108,9 @@ def build_report(
         ValueError: ``days`` or ``largest`` below 1.
         StorageError: the database failed (for instance, the views are missing: upgrade it).
     """
-    if days < 1 or largest < 1:
-        raise ValueError("days and largest must be at least 1")
+    for name, value in (("days", days), ("largest", largest)):
+        if value < 1:
+            raise ValueError(f"{name} must be at least 1, not {value}")
     tenant = Scope.of(tenant_id=tenant_id).tenant_id if tenant_id is not None else None
     today = today or datetime.now(timezone.utc).date()
     start = today - timedelta(days=days - 1)

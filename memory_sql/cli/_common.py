@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import os
+import re
 from collections.abc import Callable
+from importlib import metadata
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
 import typer
+import typer.core
 from rich.console import Console
 from rich.markup import escape
 from sqlalchemy.engine import URL
@@ -18,13 +22,57 @@ from ..config import MemoryConfig
 from ..database import URL_ENV, resolve_url
 from ..errors import MemorySQLError, StorageError
 
-app = typer.Typer(
-    name="memory-sql",
-    help="Long-term memory for LLM agents, stored in PostgreSQL or SQLite.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+
+class _Conventions:
+    """What every ``memory-sql`` command and group shows the same way in every Typer version:
+    a required argument as ``FILE`` in the usage line (not ``{file}``), and no value type
+    beside a flag (``--json``, not ``--json <bool>``)."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        pieces: list[str] = super().collect_usage_pieces(ctx)  # type: ignore[misc]
+        return [_usage_piece(piece) for piece in pieces]
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params: list[Any] = super().get_params(ctx)  # type: ignore[misc]
+        for param in params:
+            if getattr(param, "is_flag", False) and param.metavar is None:
+                param.metavar = ""
+        return params
+
+
+def _usage_piece(piece: str) -> str:
+    required = re.fullmatch(r"\{(\w+)\}(\.\.\.)?", piece)
+    if required:
+        return required[1].upper() + (required[2] or "")
+    optional = re.fullmatch(r"\[(\w+)\](\.\.\.)?", piece)
+    if optional:
+        return f"[{optional[1].upper()}]{optional[2] or ''}"
+    return piece
+
+
+class Command(_Conventions, typer.core.TyperCommand):
+    """A ``memory-sql`` command (see :class:`_Conventions`)."""
+
+
+class Group(_Conventions, typer.core.TyperGroup):
+    """A ``memory-sql`` group of commands (see :class:`_Conventions`)."""
+
+
+def group(name: str | None = None, help: str | None = None) -> typer.Typer:
+    """A Typer app for the ``memory-sql`` commands or one group of them: help as Rich text in
+    every Typer version, ``--help`` when no command is given, no tracebacks."""
+    return typer.Typer(
+        name=name,
+        help=help,
+        cls=Group,
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        rich_markup_mode="rich",
+    )
+
+
+app = group("memory-sql", "Long-term memory for LLM agents, stored in PostgreSQL or SQLite.")
 
 out = Console()
 err = Console(stderr=True)
@@ -43,8 +91,61 @@ def lit(value: object) -> str:
     return escape(str(value))
 
 
+def plural(count: int, noun: str) -> str:
+    """``1 fact``, ``2 facts``; ``1 memory``, ``3 memories``."""
+    if count == 1:
+        return f"{count} {noun}"
+    if noun.endswith("y") and noun[-2:-1] not in ("a", "e", "o", "u"):
+        return f"{count} {noun[:-1]}ies"
+    return f"{count} {noun}s"
+
+
+def help_text(doc: str | None) -> str:
+    """A command's docstring as its ``--help`` text: each paragraph on one line, for the
+    terminal to wrap at its width (a docstring's own line breaks would otherwise show as
+    stray breaks), except a paragraph headed ``Example:`` whose indented lines are commands,
+    kept one per line, indented and in bold."""
+    paragraphs = []
+    for paragraph in inspect.cleandoc(doc or "").split("\n\n"):
+        head, *rest = paragraph.splitlines()
+        if rest and head.endswith(":") and all(line.startswith(" ") for line in rest):
+            # The markup tag first: Typer dedents help text, and would drop plain indentation.
+            lines = [f"[bold]  {lit(line.strip())}[/bold]" for line in rest]
+            paragraphs.append("\n".join([head, *lines]))
+        else:
+            paragraphs.append(" ".join(line.strip() for line in paragraph.splitlines()))
+    return "\n\n".join(paragraphs)
+
+
+def version() -> str:
+    """The installed distribution's version (``memory-sql 0.1.0``)."""
+    try:
+        return f"memory-sql {metadata.version('memory-sql')}"
+    except metadata.PackageNotFoundError:
+        return "memory-sql (not installed: a source checkout)"
+
+
+def _show_version(shown: bool) -> None:
+    if shown:
+        typer.echo(version())
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version", is_eager=True, callback=_show_version, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Long-term memory for LLM agents, stored in PostgreSQL or SQLite."""
+
+
 def command(group: typer.Typer, name: str) -> Callable[[F], F]:
-    """Register a command whose expected failures print one red line and exit 1."""
+    """Register a command whose expected failures print one red line and exit 1 (usage errors
+    stay Typer's: its panel, exit 2), with :func:`help_text` of its docstring as help."""
 
     def register(function: F) -> F:
         @functools.wraps(function)
@@ -55,7 +156,7 @@ def command(group: typer.Typer, name: str) -> Callable[[F], F]:
                 err.print(f"[red]error:[/red] {lit(message(exc))}", highlight=False, soft_wrap=True)
                 raise typer.Exit(1) from None
 
-        group.command(name)(run)
+        group.command(name, cls=Command, help=help_text(function.__doc__))(run)
         return function
 
     return register

@@ -2,19 +2,31 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from .. import migrations
 from ..database import create_engine, redacted
 from ..errors import MemorySQLError
-from ._common import UrlOption, app, command, database_url, lit, out
+from ._common import UrlOption, app, command, database_url, group, lit, out
 
-db_app = typer.Typer(help="Create and check the database schema (Alembic).", no_args_is_help=True)
+db_app = group(help="Create and check the database schema (Alembic).")
 app.add_typer(db_app, name="db")
 
 
 @command(db_app, "upgrade")
-def db_upgrade(url: UrlOption = None, revision: str = "head") -> None:
+def db_upgrade(
+    url: UrlOption = None,
+    revision: Annotated[
+        str,
+        typer.Option(
+            "--revision",
+            help="Migrate up to this revision: 'head' (the newest), or a revision id "
+            "(0001, 0002, …; see `memory-sql db current`).",
+        ),
+    ] = "head",
+) -> None:
     """Create or migrate the schema up to REVISION (default: the newest).
 
     Example:

@@ -10,10 +10,10 @@ from rich.table import Table
 from .. import admin
 from ..admin import FactRecord
 from ..scope import Scope
-from ._common import ConfigOption, UrlOption, app, command, lit, out
+from ._common import ConfigOption, UrlOption, app, command, group, lit, out, plural
 from ._data import AgentOption, JsonOption, TenantOption, UserOption, print_json, sql_storage
 
-facts_app = typer.Typer(help="List, add, remove and search facts.", no_args_is_help=True)
+facts_app = group(help="List, add, remove and search facts.")
 app.add_typer(facts_app, name="facts")
 
 
@@ -150,8 +150,7 @@ def facts_search(
     if as_json:
         print_json([record.to_dict() for record in records])
         return
-    found = f"{len(records)} fact found" if len(records) == 1 else f"{len(records)} facts found"
-    _print_facts(records, title=found, with_scope=True)
+    _print_facts(records, title=f"{plural(len(records), 'fact')} found", with_scope=True)
 
 
 def _print_facts(records: list[FactRecord], *, title: str, with_scope: bool) -> None:

@@ -9,11 +9,13 @@ from rich.table import Table
 from rich.text import Text
 
 from ..reports import build_report
-from ._common import ConfigOption, UrlOption, app, command, lit, out
+from ._common import ConfigOption, UrlOption, app, command, lit, out, plural
 from ._data import JsonOption, print_json, sql_storage
 
 BAR_WIDTH = 40
 _EIGHTHS = " ▏▎▍▌▋▊▉"
+ADDED = "█"  # the activity chart: facts added per day…
+REMOVED = "░"  # …and removed
 
 
 @command(app, "report")
@@ -21,8 +23,10 @@ def report(
     tenant: Annotated[
         str | None, typer.Option("--tenant", help="Only this tenant (default: all).")
     ] = None,
-    days: Annotated[int, typer.Option("--days", help="Activity over this many days.")] = 14,
-    top: Annotated[int, typer.Option("--top", help="How many of the largest memories.")] = 10,
+    days: Annotated[int, typer.Option("--days", min=1, help="Activity over this many days.")] = 14,
+    top: Annotated[
+        int, typer.Option("--top", min=1, help="How many of the largest memories.")
+    ] = 10,
     as_json: JsonOption = False,
     url: UrlOption = None,
     config: ConfigOption = None,
@@ -50,13 +54,19 @@ def bar(value: float, maximum: float, width: int = BAR_WIDTH) -> str:
     return "█" * (eighths // 8) + (_EIGHTHS[eighths % 8] if eighths % 8 else "")
 
 
+def removed_bar(value: float, maximum: float, width: int = BAR_WIDTH) -> str:
+    """``value`` as a bar of :data:`REMOVED` cells (whole cells, at least one when not 0)."""
+    if maximum <= 0 or value <= 0:
+        return ""
+    return REMOVED * max(1, round(value / maximum * width))
+
+
 def _print_report(data: dict[str, Any]) -> None:
     totals = data["totals"]
     where = f"tenant {data['tenant_id']}" if data["tenant_id"] else "all tenants"
-    memories = "memory" if totals["memories"] == 1 else "memories"
     out.print(
-        f"[bold]memory report[/bold] — {lit(where)}: {totals['facts']} facts in "
-        f"{totals['memories']} {memories}; updates {totals['pending_updates']} pending, "
+        f"[bold]memory report[/bold] — {lit(where)}: {plural(totals['facts'], 'fact')} in "
+        f"{plural(totals['memories'], 'memory')}; updates {totals['pending_updates']} pending, "
         f"{totals['failed_updates']} failed",
         highlight=False,
         soft_wrap=True,
@@ -87,15 +97,19 @@ def _print_report(data: dict[str, Any]) -> None:
         )
     out.print(confidence)
 
-    activity = Table(title=f"Fact changes, last {len(data['activity'])} days", title_justify="left")
+    activity = Table(
+        title=f"Fact changes, last {plural(len(data['activity']), 'day')}", title_justify="left"
+    )
     activity.add_column("day (UTC)")
     for name in ("added", "updated", "removed"):
         activity.add_column(name, justify="right")
-    activity.add_column("", no_wrap=True)
+    # Told apart by the glyph too, not only by colour (a terminal or a log may have none).
+    legend = Text.assemble((ADDED, "green"), " added  ", (REMOVED, "red"), " removed")
+    activity.add_column(legend, no_wrap=True)
     peak = max((row["added"] + row["removed"] for row in data["activity"]), default=0)
     for row in data["activity"]:
         drawn = Text(bar(row["added"], peak, BAR_WIDTH // 2), style="green")
-        drawn.append(bar(row["removed"], peak, BAR_WIDTH // 2), style="red")
+        drawn.append(removed_bar(row["removed"], peak, BAR_WIDTH // 2), style="red")
         activity.add_row(
             row["day"], str(row["added"]), str(row["updated"]), str(row["removed"]), drawn
         )

@@ -27,7 +27,7 @@ from ..messages import normalize_messages
 from ..schema import memory_pending_updates as pending
 from ..scope import Scope, check_thread_id
 from ..service import MemoryService
-from ._common import ConfigOption, UrlOption, app, command, err, lit, load_config, out
+from ._common import ConfigOption, UrlOption, app, command, err, lit, load_config, out, plural
 from ._data import AgentOption, TenantOption, UserOption
 
 _ID_KEYS = {
@@ -159,7 +159,7 @@ def ingest(
             err.print(f"[red]{label}:[/red] {lit(item)}", highlight=False, soft_wrap=True)
     if refused:
         raise MemorySQLError(
-            f"{file}: {refused} of {_plural(len(items), 'conversation')} name another user, "
+            f"{file}: {refused} of {plural(len(items), 'conversation')} name another user, "
             "tenant or agent than the command line; nothing queued"
         )
     if not conversations:
@@ -347,9 +347,9 @@ def _finish(
 ) -> None:
     keys = queued.keys or set()
     updates = len(keys)
-    summary = f"queued {_plural(queued.conversations, 'conversation')}"
+    summary = f"queued {plural(queued.conversations, 'conversation')}"
     if updates != queued.conversations:
-        summary += f" as {_plural(updates, 'update')} (one per thread; the latest wins)"
+        summary += f" as {plural(updates, 'update')} (one per thread; the latest wins)"
     skipped = invalid + queued.nothing_to_learn
     if skipped:
         summary += f", skipped {skipped} ({invalid} invalid, {queued.nothing_to_learn} with "
@@ -358,25 +358,25 @@ def _finish(
     if no_wait:
         if updates:
             out.print(
-                f"left pending (--no-wait): {_plural(updates, 'update')} "
+                f"left pending (--no-wait): {plural(updates, 'update')} "
                 f"{'waits' if updates == 1 else 'wait'} in the queue for `memory-sql worker` "
                 "or the next service that starts",
                 highlight=False,
             )
     elif updates:
-        with err.status(f"waiting for {_plural(updates, 'memory update')}…"):
+        with err.status(f"waiting for {plural(updates, 'memory update')}…"):
             service.flush(timeout=timeout)
         left = leftover_updates(service, keys)
         for line in left:
             err.print(f"[red]not updated:[/red] {lit(line)}", highlight=False, soft_wrap=True)
         done = updates - len(left)
-        out.print(f"updated: {done} of {_plural(updates, 'memory update')} done", highlight=False)
+        out.print(f"updated: {done} of {plural(updates, 'memory update')} done", highlight=False)
         for scope in sorted({scope for scope, _ in keys}, key=str)[:10]:
             doc = service.storage.load(
                 user_id=scope.user_id, agent_name=scope.agent_name, tenant_id=scope.tenant_id
             )
             out.print(
-                f"  {lit(scope)}: {_plural(len(doc.facts), 'fact')}, version {doc.version}",
+                f"  {lit(scope)}: {plural(len(doc.facts), 'fact')}, version {doc.version}",
                 highlight=False,
                 soft_wrap=True,
             )
@@ -506,7 +506,7 @@ def worker(
                 first = _status(service, outage)
                 out.print(
                     f"worker started: {lit(redacted(settings.storage))}, "
-                    f"{_plural(settings.workers, 'thread')}; {_status_line(first)}",
+                    f"{plural(settings.workers, 'thread')}; {_status_line(first)}",
                     highlight=False,
                 )
                 if not service.updater.llm.model:
@@ -523,7 +523,7 @@ def worker(
                 signal_name = received[0] if received else "stop"
                 out.print(
                     f"{signal_name}: stopping; waiting up to {shutdown_timeout:g} s for "
-                    f"{_plural(service.worker.in_flight, 'update')} in flight",
+                    f"{plural(service.worker.in_flight, 'update')} in flight",
                     highlight=False,
                 )
                 started = time.monotonic()
@@ -537,12 +537,12 @@ def worker(
     took = time.monotonic() - started
     if not finished:
         err.print(
-            f"[yellow]{_plural(left['in_flight'], 'update')} still running after "
+            f"[yellow]{plural(left['in_flight'], 'update')} still running after "
             f"{shutdown_timeout:g} s were abandoned; their rows run again when the lease "
             f"expires ({settings.lease_seconds:g} s)[/yellow]"
         )
     pending = left["pending"]
-    waiting = "unknown (database unavailable)" if pending is None else _plural(pending, "update")
+    waiting = "unknown (database unavailable)" if pending is None else plural(pending, "update")
     out.print(
         f"worker stopped in {took:.1f} s: {_status_line(left)}; "
         f"{waiting} left pending for the next start",
@@ -641,7 +641,3 @@ class _OneLineHandler(RichHandler):
             record.exc_info = None
             record.exc_text = None
         super().emit(record)
-
-
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"

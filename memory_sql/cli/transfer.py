@@ -17,7 +17,7 @@ from .. import admin
 from ..database import redacted
 from ..errors import MemorySQLError
 from ..scope import Scope
-from ._common import ConfigOption, UrlOption, app, command, err, lit, out
+from ._common import ConfigOption, UrlOption, app, command, err, lit, out, plural
 from ._data import AgentOption, TenantOption, UserOption, sql_storage
 
 JsonlOption = Annotated[
@@ -66,7 +66,7 @@ def export(
             if str(jsonl) == "-":
                 count = admin.export_jsonl(storage.engine, sys.stdout, tenant_id=tenant)
                 err.print(
-                    f"exported {_memories(count)} from {lit(where)}",
+                    f"exported {plural(count, 'memory')} from {lit(where)}",
                     highlight=False,
                     soft_wrap=True,
                 )
@@ -79,7 +79,7 @@ def export(
                         f"no memory matched{matched} in {where}; {jsonl} left unchanged"
                     )
         out.print(
-            f"exported {_memories(count)} from {lit(where)} to {lit(jsonl)}",
+            f"exported {plural(count, 'memory')} from {lit(where)} to {lit(jsonl)}",
             highlight=False,
             soft_wrap=True,
         )
@@ -105,7 +105,7 @@ def export(
     with _atomic_write(output) as stream:
         stream.write(text)
     out.print(
-        f"exported {lit(scope)} (version {data['revision']}, {len(data['facts'])} facts) "
+        f"exported {lit(scope)} (version {data['revision']}, {plural(len(data['facts']), 'fact')}) "
         f"to {lit(output)}",
         highlight=False,
         soft_wrap=True,
@@ -148,8 +148,8 @@ def import_(
         with sql_storage(url, config, create=True) as storage:
             result = admin.import_jsonl(storage.engine, content, source=source)
         out.print(
-            f"imported {_memories(result.memories)} from {lit(source)}: {result.changed} changed, "
-            f"{result.unchanged} unchanged",
+            f"imported {plural(result.memories, 'memory')} from {lit(source)}: "
+            f"{result.changed} changed, {result.unchanged} unchanged",
             highlight=False,
             soft_wrap=True,
         )
@@ -203,16 +203,12 @@ def forget(
         counts = admin.forget_user(storage.engine, scope.user_id, tenant_id=scope.tenant_id)
     out.print(
         f"forgot user {lit(scope.user_id)} (tenant {lit(scope.tenant_id)}): "
-        f"{sum(counts.values())} rows",
+        f"{plural(sum(counts.values()), 'row')}",
         highlight=False,
         soft_wrap=True,
     )
     for table, count in counts.items():
         out.print(f"  {table}: {count}", highlight=False, soft_wrap=True)
-
-
-def _memories(count: int) -> str:
-    return f"{count} memory" if count == 1 else f"{count} memories"
 
 
 @contextmanager
