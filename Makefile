@@ -21,7 +21,12 @@ lint: $(VENV)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-bench: $(VENV)/.installed  ## side-by-side benchmarks; they print ratios
+# The benchmarks' peers (LangGraph's PostgresStore and SqliteStore) come with the `bench` extra.
+$(VENV)/.bench-installed: $(VENV)/.installed pyproject.toml
+	$(BIN)/pip install --quiet -e '.[dev,langchain,bench]'
+	touch $@
+
+bench: $(VENV)/.bench-installed  ## side-by-side benchmarks; they print ratios
 	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:

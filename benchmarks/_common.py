@@ -54,3 +54,31 @@ def scratch_postgres() -> Iterator[str | None]:
         with admin.connect() as conn:
             conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+def time_calls(
+    run: Callable[[], object], *, number: int, after: Callable[[], object] | None = None
+) -> list[float]:
+    """The time of each of ``number`` calls of ``run``; ``after`` (untimed) follows each."""
+    times = []
+    for _ in range(number):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+        if after is not None:
+            after()
+    return times
+
+
+def percentile(times: list[float], q: float) -> float:
+    """The ``q``-th percentile (0-100) of ``times``, interpolated between the nearest ranks."""
+    ordered = sorted(times)
+    rank = (len(ordered) - 1) * q / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def libpq_url(url: str) -> str:
+    """A SQLAlchemy ``postgresql+psycopg://`` URL as the bare driver (psycopg, libpq) takes it."""
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
