@@ -17,6 +17,7 @@ from .errors import LLMError as LLMError
 from .errors import MemorySQLError as MemorySQLError
 from .errors import SchemaOutOfDateError as SchemaOutOfDateError
 from .errors import StorageError as StorageError
+from .errors import UpdateNotFoundError as UpdateNotFoundError
 from .errors import VersionConflictError as VersionConflictError
 from .injection import format_memory_for_injection as format_memory_for_injection
 from .injection import render_memory_block as render_memory_block
@@ -31,6 +32,9 @@ from .models import MemoryDocument as MemoryDocument
 from .models import Section as Section
 from .models import UserContext as UserContext
 from .models import fact_key as fact_key
+from .queue import QueueChange as QueueChange
+from .queue import QueuedUpdate as QueuedUpdate
+from .queue import UpdateKey as UpdateKey
 from .scope import Scope as Scope
 from .service import MemoryService as MemoryService
 from .signals import Signals as Signals
@@ -67,12 +71,16 @@ __all__ = [
     "MemoryUpdate",
     "MemoryUpdater",
     "Message",
+    "QueueChange",
+    "QueuedUpdate",
     "SchemaOutOfDateError",
     "Scope",
     "Section",
     "Signals",
     "StorageError",
     "TokenCounter",
+    "UpdateKey",
+    "UpdateNotFoundError",
     "UpdateResult",
     "UserContext",
     "VersionConflictError",

@@ -148,3 +148,11 @@ class FactNotFoundError(MemorySQLError, LookupError):
         self.scope = scope
         self.fact_id = fact_id
         super().__init__(f"memory {scope} has no fact {fact_id!r}")
+
+
+class UpdateNotFoundError(MemorySQLError, LookupError):
+    """No row of the update queue matches the key given (``key``)."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        super().__init__(f"no update in the queue matches {key}")

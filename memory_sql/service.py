@@ -37,9 +37,11 @@ from .errors import LeaseLostError
 from .injection import render_memory_block
 from .intake import filter_messages_for_memory, has_minimum_dialogue
 from .llm import LLMClient
+from .models import utcnow
 from .pattern_files import load_patterns
 from .prompt import split_conversation
-from .queue import PendingUpdate, RunOutcome, Spool, UpdateQueue, UpdateWorker
+from .queue import PendingUpdate, RunOutcome, Spool, UpdateQueue, UpdateWorker, manage
+from .queue.manage import QueueChange, QueuedUpdate, UpdateKey
 from .scope import Scope, check_thread_id
 from .signals import detect_signals
 from .storage import FileStorage, MemoryStorage, SQLStorage, load_storage_class
@@ -117,7 +119,9 @@ class MemoryService:
         self._problems = 0
         self._problems_lock = threading.Lock()
         self._closed = False
+        self._warned_no_model = False
         if start:
+            self._warn_if_no_model()
             self.worker.start()
 
     # the agent's side ------------------------------------------------------------------------
@@ -191,6 +195,7 @@ class MemoryService:
         Raises:
             StorageError: the queue's database cannot be read or written.
         """
+        self._warn_if_no_model()
         self.spool.write()
         done = self.worker.flush(timeout)
         return done and len(self.spool) == 0
@@ -219,6 +224,64 @@ class MemoryService:
             "spool_dropped": self.spool.dropped,
             "problems": self._problems,
         }
+
+    # the queue, by hand ----------------------------------------------------------------------
+
+    def pending_updates(
+        self,
+        *,
+        failed_only: bool = False,
+        tenant_id: str | None = None,
+        user_id: str | None = None,
+        agent_name: str | None = None,
+        limit: int | None = None,
+    ) -> list[QueuedUpdate]:
+        """The queue's rows (every process's), failed first, then by due time; only the
+        ``failed`` ones (given up after ``max_attempts``) if ``failed_only``; only those of the
+        tenant, user or agent given. Each has its ``key``, for :meth:`retry_failed` and
+        :meth:`drop_updates` (syntax: :mod:`memory_sql.queue.manage`).
+
+        Raises:
+            InvalidScopeError: a filter is malformed.
+            StorageError: the queue's database cannot be read.
+        """
+        return manage.list_updates(
+            self.queue.engine,
+            failed_only=failed_only,
+            tenant_id=tenant_id,
+            user_id=user_id,
+            agent_name=agent_name,
+            limit=limit,
+        )
+
+    def retry_failed(self, keys: Iterable[str | UpdateKey] | None = None) -> QueueChange:
+        """Run updates again: every ``failed`` row, or the rows ``keys`` name
+        (``"[KIND:]TENANT/USER[/AGENT[/THREAD]]"``, as :meth:`pending_updates` shows them;
+        a waiting row is made due now too). Each gets ``attempts`` 0, no last error, and is
+        due now; a started service's worker runs it at once. Rows a worker is running are
+        left alone (``running`` in the result).
+
+        Raises:
+            ValueError: a key is malformed.
+            UpdateNotFoundError: a key names no row (nothing was changed).
+            StorageError: the queue's database failed.
+        """
+        change = manage.retry_updates(self.queue.engine, keys)
+        if change.changed:
+            self.worker.notify(utcnow())
+        return change
+
+    def drop_updates(self, keys: Iterable[str | UpdateKey] | None = None) -> QueueChange:
+        """Delete queued updates: every ``failed`` row, or the rows ``keys`` name (see
+        :meth:`retry_failed`). Their conversations are not learned from. Rows a worker is
+        running are left alone (``running`` in the result).
+
+        Raises:
+            ValueError: a key is malformed.
+            UpdateNotFoundError: a key names no row (nothing was deleted).
+            StorageError: the queue's database failed.
+        """
+        return manage.drop_updates(self.queue.engine, keys)
 
     def close(self, timeout: float = 30.0) -> bool:
         """Stop scheduling; wait up to ``timeout`` for updates in flight; leave the rest queued
@@ -308,6 +371,19 @@ class MemoryService:
                     )
                 return RunOutcome(False, result.error)
         return RunOutcome(True, completed=completed)
+
+    def _warn_if_no_model(self) -> None:
+        """Say once, when updates are about to run, that there is no model to run them."""
+        if self._warned_no_model or self.updater.llm.model or not self.config.enabled:
+            return
+        self._warned_no_model = True
+        logger.warning(
+            "memory_sql: no memory LLM model is configured (set model_name in the config, "
+            "MEMORY_SQL_MODEL_NAME or OPENAI_MODEL): every update will fail, and after "
+            "max_attempts (%d) stay failed in the queue; `memory-sql queue list --failed` "
+            "shows them, `memory-sql queue retry --all` runs them again",
+            self.config.max_attempts,
+        )
 
     def _problem(self, message: str, *args: object) -> None:
         with self._problems_lock:

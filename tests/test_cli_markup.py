@@ -50,6 +50,12 @@ ERRORS: dict[str, list[str]] = {
     "ingest --tenant": ["ingest", "{tmp}/chat.json", "--user", "u", "--tenant", "{x}"],
     "context --user": ["context", "--user", "{x}"],
     "context --agent": ["context", "--user", "u", "--agent", "{x}"],
+    "queue list --user": ["queue", "list", "--user", "{x}"],
+    "queue list --agent": ["queue", "list", "--agent", "{x}"],
+    "queue retry KEY": ["queue", "retry", "{x}"],
+    "queue retry THREAD": ["queue", "retry", "default/u/-/{x}"],
+    "queue drop KEY": ["queue", "drop", "flush:default/{x}", "--yes"],
+    "queue drop THREAD": ["queue", "drop", "default/u/-/{x}", "--yes"],
     "--config FILE": ["facts", "list", "--user", "u", "--config", "{tmp}/{x}.yaml"],
 }
 # Commands whose --url is the point of the case (the others get the test's database).

@@ -36,6 +36,9 @@ READ_ONLY = {
     "export -o": ["export", "--user", "alice", "-o", "{out}/memory.json"],
     "export --jsonl": ["export", "--jsonl", "{out}/all.jsonl"],
     "context": ["context", "--user", "alice"],
+    "queue list": ["queue", "list"],
+    "queue retry": ["queue", "retry", "--all"],
+    "queue drop": ["queue", "drop", "--all", "--yes"],
     "forget": ["forget", "--user", "alice", "--yes"],
 }
 

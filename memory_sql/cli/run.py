@@ -132,7 +132,7 @@ def ingest(
     if not many:
         conversation = read_conversation(file, thread or file.stem, defaults)
         with (
-            _logging(logging.WARNING, quiet_updates=True),
+            stderr_logging(logging.WARNING, quiet_updates=True),
             MemoryService(settings, start=not no_wait) as service,
         ):
             queued = _queue(service, [conversation], progress=None)
@@ -165,7 +165,7 @@ def ingest(
     if not conversations:
         raise MemorySQLError(f"{file}: no valid conversation in {len(items)}; nothing queued")
     with (
-        _logging(logging.WARNING, quiet_updates=True),
+        stderr_logging(logging.WARNING, quiet_updates=True),
         MemoryService(settings, start=not no_wait) as service,
     ):
         with Progress(
@@ -429,7 +429,7 @@ def context(
         memory-sql context --user alice --agent coder
     """
     settings = load_config(config, url, create=False)
-    with _logging(logging.WARNING), MemoryService(settings, start=False) as service:
+    with stderr_logging(logging.WARNING), MemoryService(settings, start=False) as service:
         # Loaded here first so that a database problem is an error, not an empty block.
         doc = service.storage.load(user_id=user, agent_name=agent, tenant_id=tenant)
         block = service.memory_context(user_id=user, agent_name=agent, tenant_id=tenant)
@@ -497,7 +497,7 @@ def worker(
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     outage = OutageLog("memory-sql worker")
     try:
-        with _logging(logging.INFO):
+        with stderr_logging(logging.INFO):
             service = _start_when_the_database_answers(settings, stop, outage)
             if service is None:
                 out.print(f"{received[0] if received else 'stop'}: stopped before starting")
@@ -509,11 +509,6 @@ def worker(
                     f"{plural(settings.workers, 'thread')}; {_status_line(first)}",
                     highlight=False,
                 )
-                if not service.updater.llm.model:
-                    err.print(
-                        "[yellow]no memory LLM model configured (model_name, "
-                        "MEMORY_SQL_MODEL_NAME or OPENAI_MODEL): every update will fail[/yellow]"
-                    )
                 last = first
                 while not stop.wait(status_every):
                     now = _status(service, outage)
@@ -604,7 +599,7 @@ def _status_line(status: dict[str, int | None]) -> str:
 
 
 @contextmanager
-def _logging(level: int, *, quiet_updates: bool = False) -> Iterator[None]:
+def stderr_logging(level: int, *, quiet_updates: bool = False) -> Iterator[None]:
     """memory_sql's log records on stderr, one line each (no tracebacks), while in the block.
 
     ``quiet_updates`` leaves out the worker's and updater's warnings about failed updates,

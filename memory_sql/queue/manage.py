@@ -1,0 +1,336 @@
+"""A way back for updates that failed: list the queue's rows, retry them, drop them.
+
+A row of ``memory_pending_updates`` is named by its key, written as text::
+
+    [KIND:]TENANT/USER/AGENT/THREAD
+
+``AGENT`` is ``-`` for the memory of unnamed agents (as :class:`~memory_sql.Scope` prints it),
+``KIND`` is ``turn`` (after a conversation) or ``flush`` (before summarization); without it a
+key names both kinds of the thread. Parts may be left off from the right: ``TENANT/USER`` names
+every row of that user, ``TENANT/USER/AGENT`` every row of that memory. The thread is the rest
+of the text, slashes included (tenant, user and agent names cannot hold ``/`` or ``:``, so this
+reads one way only): ``default/alice/coder/chat.jsonl:3`` is thread ``chat.jsonl:3``.
+:func:`list_updates` shows keys in this form, kind included, ready to copy.
+
+:func:`retry_updates` makes rows run again: status ``pending``, ``attempts`` 0, no last error,
+due now (a parsed reply kept by a run that lost to version conflicts stays). :func:`drop_updates`
+deletes rows: their conversations are not learned from. Both leave alone a row a worker is
+running (under an unexpired lease) and report it, since its run ends by completing, retrying or
+failing that row itself. Each call is one transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from ..database import database_errors
+from ..errors import UpdateNotFoundError
+from ..models import format_timestamp, utcnow
+from ..schema import memory_pending_updates as pending
+from ..scope import Scope, check_thread_id
+
+KINDS = ("turn", "flush")
+KEY_SYNTAX = "[KIND:]TENANT/USER[/AGENT[/THREAD]] (KIND turn or flush; AGENT - for none)"
+
+
+@dataclass(frozen=True)
+class UpdateKey:
+    """Which queue rows a key names: ``None`` parts match any value."""
+
+    tenant_id: str
+    user_id: str
+    agent_name: str | None = None  # None: any agent; "" the unnamed agents'
+    thread_id: str | None = None
+    kind: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> UpdateKey:
+        """The key ``text`` names (see the module docstring).
+
+        Raises:
+            ValueError: ``text`` is not a key; the message shows the syntax.
+        """
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(f"an update key cannot be empty: expected {KEY_SYNTAX}")
+        kind = None
+        body = text
+        prefix, colon, rest = text.partition(":")
+        if colon and "/" not in prefix:
+            if prefix not in KINDS:
+                raise ValueError(
+                    f"update key {text!r}: kind {prefix!r} is not turn or flush; "
+                    f"expected {KEY_SYNTAX}"
+                )
+            kind, body = prefix, rest
+        parts = body.split("/", 3)
+        if len(parts) < 2 or any(not part for part in parts):
+            raise ValueError(f"update key {text!r}: expected {KEY_SYNTAX}")
+        tenant, user = parts[0], parts[1]
+        agent = parts[2] if len(parts) > 2 else None
+        thread = parts[3] if len(parts) > 3 else None
+        try:
+            scope = Scope.of(
+                tenant_id=tenant, user_id=user, agent_name=None if agent in (None, "-") else agent
+            )
+            if thread is not None:
+                check_thread_id(thread)
+        except ValueError as exc:
+            raise ValueError(f"update key {text!r}: {exc}") from None
+        agent_name = None if agent is None else scope.agent_key
+        return cls(scope.tenant_id, scope.user_id, agent_name, thread, kind)
+
+    @classmethod
+    def of(cls, key: str | UpdateKey) -> UpdateKey:
+        return key if isinstance(key, UpdateKey) else cls.parse(key)
+
+    def __str__(self) -> str:
+        parts = [self.tenant_id, self.user_id]
+        if self.agent_name is not None:
+            parts.append(self.agent_name or "-")
+            if self.thread_id is not None:
+                parts.append(self.thread_id)
+        return (f"{self.kind}:" if self.kind else "") + "/".join(parts)
+
+    def condition(self) -> sa.ColumnElement[bool]:
+        clauses = [pending.c.tenant_id == self.tenant_id, pending.c.user_id == self.user_id]
+        for column, value in (
+            (pending.c.agent_name, self.agent_name),
+            (pending.c.thread_id, self.thread_id),
+            (pending.c.kind, self.kind),
+        ):
+            if value is not None:
+                clauses.append(column == value)
+        return sa.and_(*clauses)
+
+
+@dataclass(frozen=True)
+class QueuedUpdate:
+    """One row of the queue, as :func:`list_updates` shows it."""
+
+    tenant_id: str
+    user_id: str
+    agent_name: str | None
+    thread_id: str
+    kind: str
+    status: str  # "pending" (waiting or running) or "failed" (given up)
+    attempts: int
+    last_error: str | None
+    due_at: datetime
+    first_enqueued_at: datetime
+    last_enqueued_at: datetime
+    running: bool  # leased to a worker now
+
+    @property
+    def key(self) -> str:
+        """The row's full key, as :meth:`UpdateKey.parse` reads it."""
+        return str(
+            UpdateKey(
+                self.tenant_id, self.user_id, self.agent_name or "", self.thread_id, self.kind
+            )
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, timestamps as DeerFlow writes them."""
+        return {
+            "key": self.key,
+            "tenant_id": self.tenant_id,
+            "user_id": self.user_id,
+            "agent_name": self.agent_name,
+            "thread_id": self.thread_id,
+            "kind": self.kind,
+            "status": "running" if self.running else self.status,
+            "attempts": self.attempts,
+            "last_error": self.last_error,
+            "due_at": format_timestamp(self.due_at),
+            "first_enqueued_at": format_timestamp(self.first_enqueued_at),
+            "last_enqueued_at": format_timestamp(self.last_enqueued_at),
+        }
+
+
+@dataclass(frozen=True)
+class QueueChange:
+    """What :func:`retry_updates` or :func:`drop_updates` did: the keys of the rows changed,
+    and of those left alone because a worker is running them."""
+
+    changed: tuple[str, ...]
+    running: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.changed)
+
+
+_COLUMNS = (
+    pending.c.tenant_id,
+    pending.c.user_id,
+    pending.c.agent_name,
+    pending.c.thread_id,
+    pending.c.kind,
+    pending.c.status,
+    pending.c.attempts,
+    pending.c.last_error,
+    pending.c.due_at,
+    pending.c.first_enqueued_at,
+    pending.c.last_enqueued_at,
+    pending.c.lease_until,
+)
+_ORDER = (
+    pending.c.status,  # failed before pending
+    pending.c.due_at,
+    pending.c.tenant_id,
+    pending.c.user_id,
+    pending.c.agent_name,
+    pending.c.thread_id,
+    pending.c.kind,
+)
+
+
+def list_updates(
+    engine: Engine,
+    *,
+    failed_only: bool = False,
+    tenant_id: str | None = None,
+    user_id: str | None = None,
+    agent_name: str | None = None,
+    limit: int | None = None,
+    now: datetime | None = None,
+) -> list[QueuedUpdate]:
+    """The queue's rows, failed first, then by due time; only ``failed`` ones if
+    ``failed_only``; only those of the tenant, user or agent given (``agent_name=""``: the
+    unnamed agents'); at most ``limit``.
+
+    Raises:
+        InvalidScopeError: a tenant, user or agent filter is malformed.
+        ValueError: ``limit`` below 1.
+        StorageError: the database failed.
+    """
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit must be at least 1, not {limit}")
+    checked = Scope.of(user_id=user_id, agent_name=agent_name or None, tenant_id=tenant_id)
+    now = now or utcnow()
+    query = sa.select(*_COLUMNS).order_by(*_ORDER).limit(limit)
+    if failed_only:
+        query = query.where(pending.c.status == "failed")
+    if tenant_id is not None:
+        query = query.where(pending.c.tenant_id == checked.tenant_id)
+    if user_id is not None:
+        query = query.where(pending.c.user_id == checked.user_id)
+    if agent_name is not None:
+        query = query.where(pending.c.agent_name == checked.agent_key)
+    with database_errors(engine, "reading the update queue"), engine.connect() as conn:
+        rows = conn.execute(query).all()
+    return [_queued(row, now) for row in rows]
+
+
+def retry_updates(
+    engine: Engine, keys: Iterable[str | UpdateKey] | None = None, *, now: datetime | None = None
+) -> QueueChange:
+    """Make the rows ``keys`` name — every ``failed`` row if ``keys`` is None — run again:
+    ``pending``, ``attempts`` 0, no last error, due now. A row that is waiting (say, for its
+    back-off after a failed attempt) is made due now the same way.
+
+    Raises:
+        ValueError: a key is malformed.
+        UpdateNotFoundError: a key names no row (nothing was changed).
+        StorageError: the database failed.
+    """
+    now = now or utcnow()
+    values = {
+        "status": "pending",
+        "attempts": 0,
+        "last_error": None,
+        "due_at": now,
+        "lease_owner": None,
+        "lease_until": None,
+    }
+    return _change(
+        engine,
+        keys,
+        now,
+        "retrying updates",
+        lambda where: sa.update(pending).where(where).values(**values),
+    )
+
+
+def drop_updates(
+    engine: Engine, keys: Iterable[str | UpdateKey] | None = None, *, now: datetime | None = None
+) -> QueueChange:
+    """Delete the rows ``keys`` name — every ``failed`` row if ``keys`` is None. Their
+    conversations are not learned from.
+
+    Raises:
+        ValueError: a key is malformed.
+        UpdateNotFoundError: a key names no row (nothing was deleted).
+        StorageError: the database failed.
+    """
+    now = now or utcnow()
+    return _change(
+        engine, keys, now, "dropping updates", lambda where: sa.delete(pending).where(where)
+    )
+
+
+def _change(
+    engine: Engine,
+    keys: Iterable[str | UpdateKey] | None,
+    now: datetime,
+    what: str,
+    statement: Any,
+) -> QueueChange:
+    if keys is None:
+        selected: sa.ColumnElement[bool] = pending.c.status == "failed"
+        parsed: Sequence[UpdateKey] = ()
+    else:
+        parsed = [UpdateKey.of(key) for key in keys]
+        if not parsed:
+            raise ValueError(f"name the updates: one or more keys {KEY_SYNTAX}")
+        selected = sa.or_(*(key.condition() for key in parsed))
+    running = sa.and_(pending.c.lease_until.is_not(None), pending.c.lease_until >= now)
+    options = {"sqlite_begin": "IMMEDIATE"} if engine.dialect.name == "sqlite" else {}
+    with database_errors(engine, what), engine.connect() as conn:
+        conn = conn.execution_options(**options)
+        with conn.begin():
+            query = sa.select(*_COLUMNS).where(selected).order_by(*_ORDER)
+            if engine.dialect.name == "postgresql":
+                query = query.with_for_update()
+            rows = [_queued(row, now) for row in conn.execute(query)]
+            for key in parsed:
+                if not any(_matches(key, row) for row in rows):
+                    raise UpdateNotFoundError(str(key))
+            if rows:
+                conn.execute(statement(sa.and_(selected, ~running)))
+    return QueueChange(
+        changed=tuple(row.key for row in rows if not row.running),
+        running=tuple(row.key for row in rows if row.running),
+    )
+
+
+def _matches(key: UpdateKey, row: QueuedUpdate) -> bool:
+    return (
+        key.tenant_id == row.tenant_id
+        and key.user_id == row.user_id
+        and key.agent_name in (None, row.agent_name or "")
+        and key.thread_id in (None, row.thread_id)
+        and key.kind in (None, row.kind)
+    )
+
+
+def _queued(row: Any, now: datetime) -> QueuedUpdate:
+    return QueuedUpdate(
+        tenant_id=row.tenant_id,
+        user_id=row.user_id,
+        agent_name=row.agent_name or None,
+        thread_id=row.thread_id,
+        kind=row.kind,
+        status=row.status,
+        attempts=row.attempts,
+        last_error=row.last_error,
+        due_at=row.due_at,
+        first_enqueued_at=row.first_enqueued_at,
+        last_enqueued_at=row.last_enqueued_at,
+        running=row.lease_until is not None and row.lease_until >= now,
+    )
