@@ -54,6 +54,21 @@ class UTCDateTime(TypeDecorator[datetime]):
         value = value.astimezone(timezone.utc)
         return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
 
+    def result_processor(self, dialect: Dialect, coltype: object) -> Any:
+        if dialect.name != "sqlite":
+            return super().result_processor(dialect, coltype)
+
+        # SQLite keeps naive UTC text: one C-level parse, the zone given as part of the text.
+        def parse(value: str | None) -> datetime | None:
+            if value is None:
+                return None
+            try:
+                return datetime.fromisoformat(value + "+00:00")
+            except ValueError:  # written with an offset of its own, by another writer
+                return datetime.fromisoformat(value).astimezone(timezone.utc)
+
+        return parse
+
     def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is None or value.tzinfo is timezone.utc:
             return value

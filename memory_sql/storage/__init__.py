@@ -18,8 +18,10 @@ def open_storage(target: str | os.PathLike[str] | Engine | None = None) -> Memor
     """The storage for ``target``.
 
     - a URL (anything with ``://``): the SQL store for ``sqlite:///path.db`` or
-      ``postgresql+psycopg://user@host/db`` (or an ``Engine``); the database must be migrated
-      (``memory-sql db upgrade``); any other URL is refused.
+      ``postgresql+psycopg://user@host/db`` (or an ``Engine``); any other URL is refused. A
+      new (or empty) SQLite database is brought to the schema head on the spot; any other
+      must be at head already (``memory-sql db upgrade``, :func:`memory_sql.upgrade`; see
+      :mod:`memory_sql.migrations`).
     - ``use:package.module:ClassName``: that :class:`MemoryStorage` subclass, built with no
       arguments (the seed's ``storage: {use: …}``).
     - any other string or path: a folder for the JSON-file store (created if missing).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -133,12 +134,11 @@ _HEAD_INSERT = """
     ON CONFLICT DO NOTHING
     RETURNING created_at"""
 _SCOPED = "tenant_id = %(tenant)s AND user_id = %(user)s AND agent_name = %(agent)s"
-_WRITES = f"""
-deleted AS (
+_WRITES = {
+    "deleted": f"""
     DELETE FROM memory_facts
-    WHERE {_SCOPED} AND fact_id = ANY(%(deleted)s::text[]) AND EXISTS (SELECT FROM head)
-),
-updated AS (
+    WHERE {_SCOPED} AND fact_id = ANY(%(deleted)s::text[]) AND EXISTS (SELECT FROM head)""",
+    "updated": """
     UPDATE memory_facts AS f
     SET content = v.content, content_key = v.content_key, category = v.category,
         confidence = v.confidence, source_thread_id = v.source_thread_id,
@@ -149,9 +149,8 @@ updated AS (
          AS v(fact_id, content, content_key, category, confidence, source_thread_id,
               source_error, updated_at)
     WHERE f.tenant_id = %(tenant)s AND f.user_id = %(user)s AND f.agent_name = %(agent)s
-      AND f.fact_id = v.fact_id AND EXISTS (SELECT FROM head)
-),
-inserted AS (
+      AND f.fact_id = v.fact_id AND EXISTS (SELECT FROM head)""",
+    "inserted": """
     INSERT INTO memory_facts (tenant_id, user_id, agent_name, fact_id, content, content_key,
                               category, confidence, source_thread_id, source_error,
                               created_at, updated_at)
@@ -160,32 +159,45 @@ inserted AS (
                 %(i_category)s::text[], %(i_confidence)s::float8[], %(i_thread)s::text[],
                 %(i_error)s::text[], %(i_created)s::timestamptz[], %(i_updated)s::timestamptz[])
          AS v
-    WHERE EXISTS (SELECT FROM head)
-),
-events AS (
+    WHERE EXISTS (SELECT FROM head)""",
+    "events": """
     INSERT INTO memory_fact_events (tenant_id, user_id, agent_name, version, fact_id, event,
                                     category, confidence, occurred_at)
     SELECT %(tenant)s, %(user)s, %(agent)s, %(version)s, v.fact_id, v.event, v.category,
            v.confidence, %(now)s
     FROM unnest(%(e_id)s::text[], %(e_event)s::text[], %(e_category)s::text[],
                 %(e_confidence)s::float8[]) AS v(fact_id, event, category, confidence)
-    WHERE EXISTS (SELECT FROM head)
-),
-sections AS (
+    WHERE EXISTS (SELECT FROM head)""",
+    "sections": """
     INSERT INTO memory_sections (tenant_id, user_id, agent_name, section, summary, updated_at)
     SELECT %(tenant)s, %(user)s, %(agent)s, v.*
     FROM unnest(%(s_name)s::text[], %(s_summary)s::text[], %(s_updated)s::timestamptz[]) AS v
     WHERE EXISTS (SELECT FROM head)
     ON CONFLICT (tenant_id, user_id, agent_name, section)
-    DO UPDATE SET summary = excluded.summary, updated_at = excluded.updated_at
-),
-emptied AS (
+    DO UPDATE SET summary = excluded.summary, updated_at = excluded.updated_at""",
+    "emptied": f"""
     DELETE FROM memory_sections
-    WHERE {_SCOPED} AND section = ANY(%(emptied)s::text[]) AND EXISTS (SELECT FROM head)
-)
-SELECT created_at FROM head"""
-_FIRST_SAVE = f"WITH head AS ({_HEAD_INSERT}\n),{_WRITES}"
-_NEXT_SAVE = f"WITH head AS ({_HEAD_UPDATE}\n),{_WRITES}"
+    WHERE {_SCOPED} AND section = ANY(%(emptied)s::text[]) AND EXISTS (SELECT FROM head)""",
+}
+
+# The parameter whose emptiness tells that a change has nothing for that part to write.
+_WRITES_NEED = {
+    "deleted": "deleted",
+    "updated": "u_id",
+    "inserted": "i_id",
+    "events": "e_id",
+    "sections": "s_name",
+    "emptied": "emptied",
+}
+
+
+@functools.lru_cache(maxsize=64)
+def _one_statement_sql(first: bool, writes: tuple[str, ...]) -> str:
+    """The text of a save that writes ``writes`` (names of :data:`_WRITES`): only the parts a
+    change needs, so the server plans no empty sub-statement."""
+    head = _HEAD_INSERT if first else _HEAD_UPDATE
+    ctes = [f"head AS ({head}\n)"] + [f"{name} AS ({_WRITES[name]}\n)" for name in writes]
+    return "WITH " + ",\n".join(ctes) + "\nSELECT created_at FROM head"
 
 
 def _one_statement_parameters(
@@ -398,8 +410,9 @@ class SQLStorage(MemoryStorage):
         if not _writable_at_once(changes):
             return None
         new_version = expected_version + 1
-        statement = _FIRST_SAVE if expected_version == 0 else _NEXT_SAVE
         parameters = _one_statement_parameters(scope, changes, expected_version, created_at, now)
+        writes = tuple(name for name in _WRITES if parameters[_WRITES_NEED[name]])
+        statement = _one_statement_sql(expected_version == 0, writes)
         with self._errors(scope, doc), self._reader() as conn:
             won = conn.exec_driver_sql(statement, parameters).first()
         if won is None:  # another version, or another scope's incarnation: nothing written
