@@ -200,6 +200,21 @@ def _one_statement_sql(first: bool, writes: tuple[str, ...]) -> str:
     return "WITH " + ",\n".join(ctes) + "\nSELECT created_at FROM head"
 
 
+def _fact_arrays(prefix: str, facts: list[Fact]) -> dict[str, list[Any]]:
+    """The columns of ``facts`` as arrays, named as the one-statement save's parameters."""
+    return {
+        f"{prefix}_id": [f.id for f in facts],
+        f"{prefix}_content": [f.content for f in facts],
+        f"{prefix}_key": [fact_digest(f.content) for f in facts],
+        f"{prefix}_category": [f.category for f in facts],
+        f"{prefix}_confidence": [f.confidence for f in facts],
+        f"{prefix}_thread": [f.source_thread_id for f in facts],
+        f"{prefix}_error": [f.source_error for f in facts],
+        f"{prefix}_created": [f.created_at for f in facts],
+        f"{prefix}_updated": [f.updated_at for f in facts],
+    }
+
+
 def _one_statement_parameters(
     scope: Scope, changes: Changes, expected: int, created_at: datetime, now: datetime
 ) -> dict[str, Any]:
@@ -215,23 +230,8 @@ def _one_statement_parameters(
         "created_at": created_at,
         "version": expected + 1,
         "deleted": changes.deleted,
-        "u_id": [f.id for f in updated],
-        "u_content": [f.content for f in updated],
-        "u_key": [fact_digest(f.content) for f in updated],
-        "u_category": [f.category for f in updated],
-        "u_confidence": [f.confidence for f in updated],
-        "u_thread": [f.source_thread_id for f in updated],
-        "u_error": [f.source_error for f in updated],
-        "u_updated": [f.updated_at for f in updated],
-        "i_id": [f.id for f in inserted],
-        "i_content": [f.content for f in inserted],
-        "i_key": [fact_digest(f.content) for f in inserted],
-        "i_category": [f.category for f in inserted],
-        "i_confidence": [f.confidence for f in inserted],
-        "i_thread": [f.source_thread_id for f in inserted],
-        "i_error": [f.source_error for f in inserted],
-        "i_created": [f.created_at for f in inserted],
-        "i_updated": [f.updated_at for f in inserted],
+        **_fact_arrays("u", updated),
+        **_fact_arrays("i", inserted),
         "e_id": [e["fact_id"] for e in events],
         "e_event": [e["event"] for e in events],
         "e_category": [e["category"] for e in events],
