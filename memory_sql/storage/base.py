@@ -167,18 +167,29 @@ def check_duplicates(scope: Scope, doc: MemoryDocument) -> None:
 
 def apply_changes(base: MemoryDocument, changes: Changes, version: int) -> MemoryDocument:
     """``base`` with ``changes`` applied, at ``version``: what the store now holds."""
-    facts = {fact.id: fact for fact in base.facts}
-    for fact_id in changes.deleted:
-        del facts[fact_id]
-    for fact in (*changes.updated, *changes.inserted):
-        facts[fact.id] = fact
     result = base.clone()
-    result.facts = sort_facts(facts.values())
+    inserted = sort_facts(changes.inserted)
+    if not changes.deleted and not changes.updated and _all_after(base.facts, inserted):
+        result.facts = [*base.facts, *inserted]  # new facts, all newer: still in order
+    else:
+        facts = {fact.id: fact for fact in base.facts}
+        for fact_id in changes.deleted:
+            del facts[fact_id]
+        for fact in (*changes.updated, *inserted):
+            facts[fact.id] = fact
+        result.facts = sort_facts(facts.values())
     for name, section in changes.sections.items():
         group = result.user if hasattr(result.user, name) else result.history
         setattr(group, name, section)
     result.version = version
     return result
+
+
+def _all_after(facts: list[Fact], later: list[Fact]) -> bool:
+    if not facts or not later:
+        return True
+    last, first = facts[-1], later[0]
+    return (last.created_at, last.id) < (first.created_at, first.id)
 
 
 def sort_facts(facts: object) -> list[Fact]:

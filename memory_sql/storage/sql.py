@@ -51,10 +51,39 @@ def _in_scope(table: sa.Table) -> sa.ColumnElement[bool]:
 _SELECT_HEAD = sa.select(
     memory_scopes.c.version, memory_scopes.c.created_at, memory_scopes.c.updated_at
 ).where(_in_scope(memory_scopes))
-_SELECT_SECTIONS = sa.select(
-    memory_sections.c.section, memory_sections.c.summary, memory_sections.c.updated_at
-).where(_in_scope(memory_sections))
-_SELECT_FACTS = sa.select(*FACT_COLUMNS).where(_in_scope(memory_facts))
+
+
+def _same_scope(table: sa.Table) -> sa.ColumnElement[bool]:
+    return sa.and_(*(table.c[name] == memory_scopes.c[name] for name in _SCOPE_KEY))
+
+
+_SCOPE_KEY = ("tenant_id", "user_id", "agent_name")
+_HEAD_COLUMNS = (
+    memory_scopes.c.version,
+    memory_scopes.c.created_at.label("scope_created_at"),
+    memory_scopes.c.updated_at.label("scope_updated_at"),
+)
+# A whole document in one statement, hence one snapshot: the scope's version with each of its
+# facts (or one row without a fact), then with each of its sections, told apart by ``kind``.
+_SELECT_DOCUMENT = sa.union_all(
+    sa.select(*_HEAD_COLUMNS, sa.literal("f").label("kind"), *FACT_COLUMNS)
+    .select_from(memory_scopes.outerjoin(memory_facts, _same_scope(memory_facts)))
+    .where(_in_scope(memory_scopes)),
+    sa.select(
+        *_HEAD_COLUMNS,
+        sa.literal("s"),
+        memory_sections.c.section,
+        memory_sections.c.summary,
+        sa.null(),
+        sa.null(),
+        sa.null(),
+        sa.null(),
+        memory_sections.c.updated_at,
+        sa.null(),
+    )
+    .select_from(memory_scopes.join(memory_sections, _same_scope(memory_sections)))
+    .where(_in_scope(memory_scopes)),
+)
 _BUMP_VERSION = (
     sa.update(memory_scopes)
     .where(_in_scope(memory_scopes), memory_scopes.c.version == sa.bindparam("expected"))
@@ -107,6 +136,22 @@ def _insert_ignoring_conflict(dialect: str) -> Any:
     if dialect == "postgresql":
         return postgresql.insert(memory_scopes).on_conflict_do_nothing()
     return sqlite.insert(memory_scopes).on_conflict_do_nothing()
+
+
+def _document(rows: Any, version: int, last_updated: Any) -> MemoryDocument:
+    """A document from the rows of :data:`_SELECT_DOCUMENT`."""
+    doc = MemoryDocument(version=version, last_updated=last_updated)
+    facts = []
+    for row in rows:
+        fact = row[4:]
+        if row.kind == "s":
+            group = doc.user if hasattr(doc.user, fact[0]) else doc.history
+            setattr(group, fact[0], Section(summary=fact[1], updated_at=fact[6]))
+        elif fact[0] is not None:
+            facts.append(trusted_fact(*fact))
+    # Sorted here, not by ORDER BY, which can lure a planner onto a tenant-wide time index.
+    doc.facts = sort_facts(facts)
+    return doc
 
 
 def _writable_at_once(changes: Changes) -> bool:
@@ -309,35 +354,28 @@ class SQLStorage(MemoryStorage):
     def _load(self, scope: Scope) -> MemoryDocument:
         # Autocommit: each read is one round trip, with no BEGIN before it nor ROLLBACK after.
         with self._errors(scope), self._reader() as conn:
-            head = conn.execute(_SELECT_HEAD, _scope_params(scope)).first()
-            if head is not None:
-                cached = self._cache.get(scope, (head.version, head.created_at))
-                if cached is not None:
-                    return cached.clone()
-            # Every save moves the version forward in the transaction that writes its rows, so
-            # rows read between two equal version reads form one consistent document.
-            while head is not None:
-                doc = self._read_rows(conn, scope, head.version, head.updated_at)
-                again = conn.execute(_SELECT_HEAD, _scope_params(scope)).first()
-                if again == head:
-                    self._cache.put(scope, (head.version, head.created_at), doc)
-                    return doc.clone()
-                head = again
-        self._cache.drop(scope)
-        return MemoryDocument()
+            entry = self._cache.latest(scope)
+            if entry is not None:  # one primary-key read tells whether it is still current
+                head = conn.execute(_SELECT_HEAD, _scope_params(scope)).first()
+                if head is not None and (head.version, head.created_at) == entry[0]:
+                    return entry[1].clone()
+            rows = conn.execute(_SELECT_DOCUMENT, _scope_params(scope)).all()
+        if not rows:
+            self._cache.drop(scope)
+            return MemoryDocument()
+        first = rows[0]
+        doc = _document(rows, first.version, first.scope_updated_at)
+        self._cache.put(scope, (first.version, first.scope_created_at), doc)
+        return doc.clone()
 
     def _read_rows(
         self, conn: Connection, scope: Scope, version: int, last_updated: Any
     ) -> MemoryDocument:
-        doc = MemoryDocument(version=version, last_updated=last_updated)
-        sections = conn.execute(_SELECT_SECTIONS, _scope_params(scope))
-        for name, summary, updated_at in sections:
-            group = doc.user if hasattr(doc.user, name) else doc.history
-            setattr(group, name, Section(summary=summary, updated_at=updated_at))
-        # Sorted here, not by ORDER BY, which can lure a planner onto a tenant-wide time index.
-        rows = conn.execute(_SELECT_FACTS, _scope_params(scope)).all()
-        doc.facts = sort_facts([trusted_fact(*row) for row in rows])
-        return doc
+        """The scope's document as this transaction sees it (``version`` given by the
+        caller, which holds the scope row)."""
+        return _document(
+            conn.execute(_SELECT_DOCUMENT, _scope_params(scope)).all(), version, last_updated
+        )
 
     # save ------------------------------------------------------------------------------------
 
