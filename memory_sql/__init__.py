@@ -26,6 +26,7 @@ from .intake import has_minimum_dialogue as has_minimum_dialogue
 from .llm import LLMClient as LLMClient
 from .messages import Message as Message
 from .messages import normalize_messages as normalize_messages
+from .migrations import upgrade as upgrade
 from .models import Fact as Fact
 from .models import History as History
 from .models import MemoryDocument as MemoryDocument
@@ -97,4 +98,5 @@ __all__ = [
     "parse_update",
     "render_memory_block",
     "strip_upload_mentions",
+    "upgrade",
 ]

@@ -121,6 +121,13 @@ class MemoryConfig(BaseModel):
     the queue's database cannot be written, up to ``spool_max_conversations`` conversations
     wait in the process (``0``: none, they are dropped as before) and are written every
     ``spool_retry_seconds`` until it answers.
+
+    The schema: a new (or empty) SQLite database is always brought to the newest revision
+    when it is first opened; ``auto_migrate`` (default false) also migrates a PostgreSQL
+    database, or a SQLite file with an older schema, when the service opens it. It is off by
+    default because migrating a shared database is an operator's decision, taken with a
+    backup and the older workers stopped (``memory-sql db upgrade``); see
+    :mod:`memory_sql.migrations`.
     """
 
     model_config = ConfigDict(
@@ -154,6 +161,7 @@ class MemoryConfig(BaseModel):
     llm_temperature: float = Field(0.0, ge=0, le=2)
     llm_json_mode: bool = True
     patterns_dir: Path | None = None
+    auto_migrate: bool = False
 
     def __init__(self, **data: Any) -> None:
         """Build from keyword arguments (no environment); :class:`ConfigError` if invalid.

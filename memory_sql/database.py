@@ -6,6 +6,7 @@ import functools
 import logging
 import os
 import re
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -96,7 +97,7 @@ def _configure_sqlite(engine: Engine) -> None:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         if engine.url.database not in (None, "", ":memory:"):
-            cursor.execute("PRAGMA journal_mode=WAL")
+            _journal_mode_wal(cursor)
         cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_SECONDS * 1000)}")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA synchronous=NORMAL")
@@ -108,6 +109,21 @@ def _configure_sqlite(engine: Engine) -> None:
         if options.get("isolation_level") == "AUTOCOMMIT":
             return
         connection.exec_driver_sql(f"BEGIN {options.get('sqlite_begin', '')}".strip())
+
+
+def _journal_mode_wal(cursor: Any) -> None:
+    """Switch a SQLite file to WAL journaling (it stays so). Connections racing on a file
+    still in rollback mode (processes opening a new database at once) can get "database is
+    locked" here at once, SQLite's busy handler not being called for it: tried again."""
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_SECONDS
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
 
 
 @contextmanager

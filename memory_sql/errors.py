@@ -43,10 +43,25 @@ class DuplicateFactError(MemorySQLError, ValueError):
 class SchemaOutOfDateError(MemorySQLError):
     """The database is not at the schema revision this code needs."""
 
-    def __init__(self, url: str, current: str | None, head: str, *, newer: bool = False) -> None:
+    def __init__(
+        self,
+        url: str,
+        current: str | None,
+        head: str,
+        *,
+        newer: bool = False,
+        unstamped: bool = False,
+    ) -> None:
         self.current = current
         self.head = head
-        if newer:
+        if unstamped:
+            message = (
+                f"database {url} has memory_sql tables but no schema revision (its "
+                "alembic_version table is missing or empty): memory_sql does not know what "
+                "they hold and leaves them alone; restore the revision stamp, or move the "
+                "tables away"
+            )
+        elif newer:
             message = (
                 f"database {url} is at revision {current}, which this version of memory_sql "
                 f"does not know (its newest is {head}): upgrade memory_sql"
@@ -55,7 +70,7 @@ class SchemaOutOfDateError(MemorySQLError):
             at = "has no memory_sql tables" if current is None else f"is at revision {current}"
             message = (
                 f"database {url} {at}, this version of memory_sql needs {head}: "
-                f"run `memory-sql db upgrade --url {url}`"
+                f"run `memory-sql db upgrade --url {url}` (from Python: memory_sql.upgrade)"
             )
         super().__init__(message)
 

@@ -1,16 +1,42 @@
-"""Alembic from code: upgrade, downgrade, current, check, and the start-up revision check.
+"""Alembic from code: upgrade, downgrade, current, check, and the schema check of every open.
 
 The migration scripts are found inside the installed package (``memory_sql/_alembic``, put there
 by the wheel build) or, in a source checkout, in the ``alembic/`` folder beside the package.
+
+What opening a database does about its schema (:func:`prepare_schema`, run by
+:func:`open_engine`, ``open_storage`` and ``MemoryService``):
+
+- at the head revision: nothing;
+- **a SQLite database with no memory_sql schema** (a new file, an empty one, an in-memory
+  database): brought to head at once, with the same Alembic migrations as ``memory-sql db
+  upgrade``, and logged at INFO. The embedded default just works: nobody else can be using
+  tables that do not exist yet, and there is nothing in them to lose;
+- **PostgreSQL below head, or a SQLite database at an older revision**: refused with
+  :class:`~memory_sql.SchemaOutOfDateError` naming ``memory-sql db upgrade``, unless
+  ``auto_migrate`` (the config key ``auto_migrate: true``) is set. A server database is
+  shared: other processes, older versions of memory_sql among them, may be using it while a
+  migration rewrites tables (0006 recomputes every fact's key and merges duplicates), and
+  when to migrate — after a backup, with the old workers stopped — is an operator's decision.
+  The same holds for a SQLite file that already has a schema: it holds memories, may be
+  shared by processes on the machine, and is not changed behind its owner's back. The
+  revision decides, not whether rows happen to be stored, so a database's fate never depends
+  on what is in it at the moment;
+- a revision this version does not know (a newer memory_sql migrated it), or memory_sql
+  tables without a revision stamp: refused, whatever ``auto_migrate`` says.
+
+Migrations run in one transaction that first takes a lock (SQLite's write lock, a PostgreSQL
+advisory lock), so processes opening one new database at once migrate it once.
 """
 
 from __future__ import annotations
 
 import io
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
@@ -21,7 +47,10 @@ from sqlalchemy.engine import URL, Engine
 from .database import create_engine, database_errors, redacted, resolve_url
 from .errors import SchemaOutOfDateError
 
+logger = logging.getLogger(__name__)
 _PACKAGE_DIR = Path(__file__).resolve().parent
+# PostgreSQL's advisory lock held by a migration ("ms" for memory_sql, then "mi").
+_MIGRATION_LOCK = (0x6D73, 0x6D69)
 
 
 def script_location() -> Path:
@@ -47,12 +76,22 @@ def alembic_config(url: str | URL | None = None) -> Config:
 
 @contextmanager
 def _on(engine: Engine, config: Config, what: str) -> Iterator[Config]:
-    with database_errors(engine, what), engine.begin() as connection:
-        config.attributes["connection"] = connection
-        try:
-            yield config
-        finally:
-            config.attributes.pop("connection", None)
+    """``config`` bound to a connection of ``engine`` in a transaction that holds the
+    migration lock: SQLite's write lock (``BEGIN IMMEDIATE``), a PostgreSQL advisory lock."""
+    options = {"sqlite_begin": "IMMEDIATE"} if engine.dialect.name == "sqlite" else {}
+    with database_errors(engine, what), engine.connect() as connection:
+        connection = connection.execution_options(**options)
+        with connection.begin():
+            if engine.dialect.name == "postgresql":
+                connection.execute(
+                    sa.text("SELECT pg_advisory_xact_lock(:a, :b)"),
+                    {"a": _MIGRATION_LOCK[0], "b": _MIGRATION_LOCK[1]},
+                )
+            config.attributes["connection"] = connection
+            try:
+                yield config
+            finally:
+                config.attributes.pop("connection", None)
 
 
 def head_revision() -> str:
@@ -66,11 +105,43 @@ def current_revision(engine: Engine) -> str | None:
         return MigrationContext.configure(connection).get_current_revision()
 
 
-def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Apply every migration up to ``revision``."""
+def upgrade(target: Engine | str | URL | None = None, revision: str = "head") -> str | None:
+    """Create or migrate the schema of ``target`` up to ``revision`` (default: the newest),
+    as ``memory-sql db upgrade`` does; returns the revision the database is at then.
+
+    ``target`` is an engine or a database URL (``sqlite:///memory.db``,
+    ``postgresql+psycopg://user@host/db``; ``None``: ``$MEMORY_SQL_DATABASE_URL``, else
+    ``sqlite:///memory_sql.db``). A change is logged at INFO; at ``revision`` already,
+    nothing happens. Exported as ``memory_sql.upgrade``.
+
+    Raises:
+        StorageError: the database failed (the message says what was being done).
+        ValueError: not a supported database URL.
+    """
+    if isinstance(target, Engine):
+        return _upgrade(target, revision)
+    engine = create_engine(target, statement_timeout=None)
+    try:
+        return _upgrade(engine, revision)
+    finally:
+        engine.dispose()
+
+
+def _upgrade(engine: Engine, revision: str) -> str | None:
     config = alembic_config(engine.url)
     with _on(engine, config, f"migrating the schema to {revision}"):
+        connection = config.attributes["connection"]
+        before = MigrationContext.configure(connection).get_current_revision()
         command.upgrade(config, revision)
+        after = MigrationContext.configure(connection).get_current_revision()
+    if after != before:
+        logger.info(
+            "memory_sql: %s: %s revision %s",
+            _shown(engine),
+            "created the schema at" if before is None else f"migrated from revision {before} to",
+            after,
+        )
+    return after
 
 
 def downgrade(engine: Engine, revision: str = "base") -> None:
@@ -103,11 +174,61 @@ def ensure_at_head(engine: Engine) -> None:
     raise SchemaOutOfDateError(redacted(engine.url), current, head, newer=not known)
 
 
-def open_engine(url: str | URL | None = None) -> Engine:
-    """An engine for ``url`` whose schema is at head (the engine is disposed if it is not)."""
+def prepare_schema(engine: Engine, *, auto_migrate: bool = False, create: bool = True) -> None:
+    """Bring ``engine``'s database to the head revision where that is safe, else raise (the
+    rules are in the module docstring): a SQLite database with no memory_sql schema is created
+    unless ``create`` is false (a command that only reads); any other database below head is
+    migrated only with ``auto_migrate``.
+
+    Raises:
+        SchemaOutOfDateError: the database is not at head and is left as it is.
+        StorageError: the database failed.
+    """
+    current = current_revision(engine)
+    script = ScriptDirectory.from_config(alembic_config())
+    head = script.get_current_head()
+    assert head is not None
+    if current == head:
+        return
+    known = current is None or any(r.revision == current for r in script.walk_revisions())
+    unstamped = current is None and _has_memory_tables(engine)
+    new_sqlite = create and current is None and engine.dialect.name == "sqlite"
+    if known and not unstamped and (auto_migrate or new_sqlite):
+        _upgrade(engine, "head")
+        return
+    raise SchemaOutOfDateError(
+        redacted(engine.url), current, head, newer=not known, unstamped=unstamped
+    )
+
+
+def _has_memory_tables(engine: Engine) -> bool:
+    """Whether the database holds memory_sql's tables (a ``memory_*`` table)."""
+    with database_errors(engine, "reading the schema"), engine.connect() as connection:
+        tables = sa.inspect(connection).get_table_names()
+    return any(name.startswith("memory_") for name in tables)
+
+
+def _shown(engine: Engine) -> str:
+    url = engine.url
+    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        return str(url.database)
+    return redacted(url)
+
+
+def open_engine(
+    url: str | URL | None = None, *, auto_migrate: bool = False, create: bool = True
+) -> Engine:
+    """An engine for ``url`` whose schema is at head, after :func:`prepare_schema` (a new
+    SQLite database is created; ``auto_migrate`` migrates any other). The engine is disposed
+    if the schema is not at head.
+
+    Raises:
+        SchemaOutOfDateError: the database is not at head and is left as it is.
+        StorageError: the database failed.
+    """
     engine = create_engine(url)
     try:
-        ensure_at_head(engine)
+        prepare_schema(engine, auto_migrate=auto_migrate, create=create)
     except BaseException:
         engine.dispose()
         raise

@@ -62,6 +62,16 @@ class MemoryService:
     a SQLite file ``queue.db`` in its folder, migrated here). ``start=False`` builds everything
     but runs no updates (queued conversations wait for a service that starts); only the
     spool's retry thread runs, during an outage, to write what it keeps.
+
+    A SQL ``config.storage`` whose database is a new (or empty) SQLite file is brought to the
+    newest schema here; a PostgreSQL database, or a SQLite file at an older revision, must
+    be at head already (``memory-sql db upgrade``, :func:`memory_sql.upgrade`) unless
+    ``config.auto_migrate`` (see :mod:`memory_sql.migrations`).
+
+    Raises:
+        SchemaOutOfDateError: the database is not at the schema head and is left as it is.
+        StorageError: the database cannot be reached or written.
+        ConfigError: a pattern file or the storage class is invalid.
     """
 
     def __init__(
@@ -401,6 +411,12 @@ class MemoryService:
             return FileStorage(target)
         engine = create_engine(target, pool_size=max(5, self.config.workers + 3))
         self._owned_engines.append(engine)
+        try:
+            # A new SQLite file gets the schema; anything else only with auto_migrate.
+            migrations.prepare_schema(engine, auto_migrate=self.config.auto_migrate)
+        except BaseException:
+            engine.dispose()
+            raise
         return SQLStorage(engine)
 
     def _queue_engine(self) -> Engine:

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from typer.testing import CliRunner
 
 from memory_sql import migrations
@@ -127,7 +128,7 @@ def test_commands_that_write_still_create_the_file(tmp_path):
     )
     assert added.exit_code == 0, added.output
 
-    # On a missing file these create it, then ask for `db upgrade` (the schema is not there).
+    # On a missing file these create it, with the schema (a new SQLite database is migrated).
     memories = tmp_path / "memories.jsonl"
     memories.write_text("", encoding="utf-8")
     chat = tmp_path / "chat.json"
@@ -142,6 +143,27 @@ def test_commands_that_write_still_create_the_file(tmp_path):
     }.items():
         path = tmp_path / name
         result = runner.invoke(app, [*args, "--url", f"sqlite:///{path}"])
+        assert result.exit_code == 0, (name, result.output)
         assert "no database at" not in result.output, result.output
-        assert "memory-sql db upgrade" in result.output, result.output
-        assert path.exists(), name
+        engine = create_engine(f"sqlite:///{path}")
+        try:
+            assert migrations.current_revision(engine) == migrations.head_revision(), name
+        finally:
+            engine.dispose()
+
+
+def test_a_read_only_command_does_not_give_an_empty_file_a_schema(tmp_path):
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    for args in (["facts", "list", "--user", "alice"], ["report"], ["export", "--user", "a"]):
+        result = runner.invoke(app, [*args, "--url", f"sqlite:///{empty}"])
+        assert result.exit_code == 1, result.output
+        assert "has no memory_sql tables" in result.output and "memory-sql db upgrade" in (
+            result.output
+        )
+    engine = create_engine(f"sqlite:///{empty}")
+    try:
+        assert migrations.current_revision(engine) is None
+        assert sa.inspect(engine).get_table_names() == []
+    finally:
+        engine.dispose()

@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from memory_sql import Fact, MemoryDocument, SchemaOutOfDateError, StorageError
+from memory_sql import Fact, MemoryDocument, SchemaOutOfDateError, StorageError, migrations
 from memory_sql.database import create_engine
 from memory_sql.models import Section, fact_digest
 from memory_sql.schema import memory_fact_events, memory_facts, memory_scopes
@@ -193,7 +193,13 @@ def test_a_save_from_a_cold_cache_reads_the_base_in_the_transaction(sql_url, sco
 
 
 def test_opening_a_database_that_is_not_migrated_names_the_fix(tmp_path):
-    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    # A new SQLite file is migrated on first open; one at an older revision is not.
+    url = f"sqlite:///{tmp_path / 'older.db'}"
+    engine = create_engine(url)
+    try:
+        migrations.upgrade(engine, "0005")
+    finally:
+        engine.dispose()
     with pytest.raises(SchemaOutOfDateError, match="memory-sql db upgrade"):
         open_storage(url)
 

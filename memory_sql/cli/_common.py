@@ -19,8 +19,9 @@ from rich.markup import escape
 from sqlalchemy.engine import URL
 
 from ..config import MemoryConfig
-from ..database import URL_ENV, resolve_url
+from ..database import URL_ENV, create_engine, resolve_url
 from ..errors import MemorySQLError, StorageError
+from ..migrations import ensure_at_head
 
 
 class _Conventions:
@@ -201,7 +202,9 @@ def load_config(
     """The configuration from ``--config`` (or the environment), with ``--url`` as storage.
 
     ``create=False`` (a command that only reads) passes a SQL storage through
-    :func:`database_url`, so that a SQLite file that does not exist is an error.
+    :func:`database_url`, so that a SQLite file that does not exist is an error, and checks
+    that its schema is at head: such a command never gives a new (empty) SQLite database
+    the schema, as a service opening it would.
     """
     loaded = MemoryConfig.from_yaml(config) if config is not None else MemoryConfig.from_env()
     if url is not None:
@@ -212,7 +215,11 @@ def load_config(
         and not loaded.storage_class
         and ("://" in target or target.startswith("sqlite:"))
     ):
-        database_url(target, create=False)
+        engine = create_engine(database_url(target, create=False))
+        try:
+            ensure_at_head(engine)
+        finally:
+            engine.dispose()
     return loaded
 
 

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ..migrations import open_engine
 from ..storage import SQLStorage
 from ._common import database_url, load_config
 
@@ -33,7 +34,8 @@ def sql_storage(
     ``$MEMORY_SQL_DATABASE_URL``, else the default SQLite file), at the schema head.
 
     A missing SQLite file is refused unless ``create`` (commands that write: see
-    :func:`~memory_sql.cli._common.database_url`).
+    :func:`~memory_sql.cli._common.database_url`); those also bring a new SQLite database to
+    the schema head (:func:`~memory_sql.migrations.prepare_schema`).
 
     Raises:
         SchemaOutOfDateError: the schema is not at head (the message names
@@ -56,11 +58,16 @@ def sql_storage(
             f"{target!r} is not a database URL; these commands need sqlite:///… or "
             "postgresql+psycopg://…"
         )
-    storage = SQLStorage(database_url(target, create=create))
+    # A new SQLite file gets the schema only from a command that writes.
+    engine = open_engine(database_url(target, create=create), create=create)
     try:
-        yield storage
+        storage = SQLStorage(engine)
+        try:
+            yield storage
+        finally:
+            storage.close()
     finally:
-        storage.close()
+        engine.dispose()
 
 
 def print_json(data: Any) -> None:
