@@ -171,6 +171,9 @@ def apply_changes(base: MemoryDocument, changes: Changes, version: int) -> Memor
     inserted = sort_facts(changes.inserted)
     if not changes.deleted and not changes.updated and _all_after(base.facts, inserted):
         result.facts = [*base.facts, *inserted]  # new facts, all newer: still in order
+    elif not changes.deleted and not inserted:  # an update keeps its creation time: in place
+        updated = {fact.id: fact for fact in changes.updated}
+        result.facts = [updated.get(fact.id, fact) for fact in base.facts]
     else:
         facts = {fact.id: fact for fact in base.facts}
         for fact_id in changes.deleted:
