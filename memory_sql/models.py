@@ -42,7 +42,22 @@ _DEFAULT_IGNORABLE = re.compile(
     "\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8"
     "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff]"
 )
-_SOURCE_TYPES = frozenset({"manual", "consolidation", "import", "unknown"})
+
+
+def _deerflow_source_thread(source: Any) -> Any:
+    """What ``source_thread_id`` holds for DeerFlow's ``source``: the thread of a conversation,
+    else the source type (``unknown``: None), as DeerFlow's gateway shows it."""
+    if isinstance(source, dict):
+        kind = source.get("type")
+        thread = source.get("threadId") or source.get("thread_id")
+        if kind in (None, "", "conversation") and thread:
+            return thread
+        if isinstance(kind, str) and kind and kind != "unknown":
+            return kind
+        return thread or None
+    if source in ("", "unknown"):
+        return None
+    return source
 
 
 def utcnow() -> datetime:
@@ -183,6 +198,12 @@ class Fact(_Model):
     ``content`` is stripped and non-empty; ``category`` is a lower-case label (``preference``,
     ``correction``, …); ``confidence`` is a finite number in [0, 1]; ``source_error`` is, for a
     correction, the mistake it corrects.
+
+    ``source_thread_id`` is the thread the fact was learned from. A fact that came from no
+    thread keeps DeerFlow's source type there instead (``manual``, ``consolidation``,
+    ``import``, as DeerFlow's own ``source`` string does), so that it reads back as that type;
+    ``None`` is DeerFlow's ``unknown``. A ``createdAt`` of ``""`` (DeerFlow's empty timestamp)
+    counts as missing.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -211,18 +232,17 @@ class Fact(_Model):
     @classmethod
     def _deerflow_source(cls, data: Any) -> Any:
         # DeerFlow stores where a fact came from as ``source``: a thread id, a type name, or
-        # ``{"type": …, "threadId": …}``.
-        if not isinstance(data, dict) or "source" not in data:
+        # ``{"type": …, "threadId": …}``; the type is kept where there is no thread.
+        if not isinstance(data, dict):
+            return data
+        for name in ("created_at", "createdAt"):
+            if name in data and data[name] in ("", None):
+                data = {key: value for key, value in data.items() if key != name}
+        if "source" not in data:
             return data
         if any(k in data for k in ("source_thread_id", "sourceThreadId", "thread_id")):
             return data
-        source = data["source"]
-        thread = None
-        if isinstance(source, dict):
-            thread = source.get("threadId") or source.get("thread_id")
-        elif isinstance(source, str) and source not in _SOURCE_TYPES:
-            thread = source
-        return {**data, "source_thread_id": thread}
+        return {**data, "source_thread_id": _deerflow_source_thread(data["source"])}
 
     @field_validator("id")
     @classmethod

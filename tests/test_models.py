@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from datetime import datetime, timezone
 
 import pytest
 from pydantic import ValidationError
@@ -88,10 +89,36 @@ def test_deerflow_json_text_is_accepted():
 
 @pytest.mark.parametrize(
     ("source", "thread"),
-    [("manual", None), ("unknown", None), ("t-9", "t-9"), ({"type": "import"}, None)],
+    [
+        ("manual", "manual"),
+        ("consolidation", "consolidation"),
+        ("import", "import"),
+        ("unknown", None),
+        ("", None),
+        ("t-9", "t-9"),
+        ({"type": "import"}, "import"),
+        ({"type": "import", "threadId": None}, "import"),
+        ({"type": "conversation", "threadId": "t-9"}, "t-9"),
+        ({"type": "unknown", "threadId": None}, None),
+        ({"threadId": "t-9"}, "t-9"),
+    ],
 )
 def test_deerflow_source_forms(source, thread):
-    assert Fact(content="x", source=source).source_thread_id == thread
+    # A source type is kept where there is no thread, so that it reads back as that type.
+    fact = Fact(content="x", source=source)
+    assert fact.source_thread_id == thread
+    assert MemoryDocument(facts=[fact]).to_deerflow()["facts"][0]["source"] == (thread or "unknown")
+
+
+@pytest.mark.parametrize("created", ["", None])
+def test_an_empty_deerflow_timestamp_reads_as_missing(created):
+    before = datetime.now(timezone.utc)
+    fact = Fact.model_validate({"content": "x", "createdAt": created})
+    assert fact.created_at >= before
+    doc = MemoryDocument.from_deerflow(
+        {"lastUpdated": "", "facts": [{"content": "x", "createdAt": ""}]}
+    )
+    assert doc.last_updated is None and doc.facts[0].created_at >= before
 
 
 @pytest.mark.parametrize(
