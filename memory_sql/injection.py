@@ -28,6 +28,13 @@ Budgets, counted with one :class:`~memory_sql.tokens.TokenCounter`:
 - Facts of a guaranteed category go first, highest confidence first (ties keep their stored
   order), while their costs fit in ``guaranteed_token_budget``; call the sum of the costs of
   the guaranteed lines shown ``G``.
+- The head is cut first so that the regular facts keep a share: call ``A = max_tokens − G``
+  what the guaranteed lines leave, and ``F`` what every regular fact line and the header
+  would cost together (0 with no regular fact). The head gets at most half of ``A``, or
+  ``A − F`` when the facts need less than the other half: ``max(A // 2, A − F)``. A longer
+  head is cut to the longest prefix that fits, :data:`TRUNCATION_MARKER` appended, so a long
+  summary can no longer crowd every regular fact out of a small budget; a short head, or one
+  beside few facts, is kept whole, and so is a head whose cut would let no regular fact in.
 - The other facts, in the same order, fill what is left of ``max_tokens``:
   ``max_tokens − tokens(head) − tokens(header) − G``. In both groups a fact that does not fit is
   skipped and the next ones are still tried, so one long fact cannot starve all the shorter
@@ -237,9 +244,21 @@ class _Formatter:
             pools[fact.category in guaranteed].append(line)
         kept, used = _fill(pools[True], guaranteed_budget)
         header = "\n\n" + FACTS_HEADER if head else FACTS_HEADER
+        whole = head
+        if head and pools[False]:
+            # The head's share (module docstring): half of what the guaranteed lines leave,
+            # or more when the regular facts need less.
+            available = max(max_tokens - used, 0)
+            needed = self.tokens(header) + sum(cost for _, cost in pools[False])
+            share = max(available // 2, available - needed)
+            if self.tokens(head) > share:
+                head = self._cut_head(head, "", share)
+                header = "\n\n" + FACTS_HEADER if head else FACTS_HEADER
         regular, _ = _fill(
             pools[False], max_tokens - self.tokens(head) - self.tokens(header) - used
         )
+        if not regular and head != whole:  # the cut let no fact in: not worth making
+            head, header = whole, "\n\n" + FACTS_HEADER
         # Counts of pieces need not add up to the count of their text: check the real text.
         limit = max_tokens + used  # only the guaranteed lines may go beyond max_tokens
         while True:

@@ -245,14 +245,61 @@ def test_the_facts_block_survives_when_the_head_is_cut(counter):
     assert head.endswith(TRUNCATION_MARKER)
     assert facts_block == (
         "- [correction | 0.90] Deploy with pnpm (avoid: suggested npm)\n"
-        "- [correction | 0.80] 时区是 UTC+8"
+        "- [correction | 0.80] 时区是 UTC+8\n"
+        "- [preference | 0.99] Prefers dark mode"  # the regular fact keeps its share
     )
     assert_within_budgets(result, counter, 200, 500)
-    # The cut keeps as much of the head as fits: a few words more would not.
+    # The one regular fact needs little: the head gets the rest, cut to the longest prefix.
+    available = 200 - cost(counter, split(result)[1])
+    needed = counter.count("\n\nFacts:") + counter.count(
+        "\n- [preference | 0.99] Prefers dark mode"
+    )
+    share = max(available // 2, available - needed)
+    assert counter.count(head) <= share
     kept = head[: -len(TRUNCATION_MARKER)]
     assert len(kept) > 100
-    longer = result.replace(kept, kept + " and more" * 5)
-    assert counter.count(longer) > 200 + cost(counter, split(result)[1])
+    assert counter.count(kept + " and more" * 5 + TRUNCATION_MARKER) > share
+
+
+def many_facts(n: int) -> list[Fact]:
+    return [
+        fact(f"Fact number {i} about the user's tools and habits", 0.9 - i / 1000) for i in range(n)
+    ]
+
+
+def test_a_long_summary_leaves_the_regular_facts_half_of_a_small_budget(counter):
+    # injected_memory_max_tokens: 200 and a long work context: DeerFlow's order would show
+    # the summary and not one regular fact.
+    memory = doc(*many_facts(30), work_context="Works on long-running data pipelines. " * 200)
+    result = format_memory_for_injection(memory, max_tokens=200, counter=counter)
+    head, guaranteed, regular = split(result)
+    assert head.endswith(TRUNCATION_MARKER) and guaranteed == []
+    assert counter.count(head) <= 200 // 2
+    assert len(regular) >= 4, result
+    expected = [f"- [context | {f.confidence:.2f}] {f.content}" for f in many_facts(30)]
+    assert regular == expected[: len(regular)]  # highest confidence first
+    assert_within_budgets(result, counter, 200, 500)
+
+
+def test_the_head_share_is_half_of_what_the_guaranteed_facts_leave(counter):
+    corrections = [
+        fact(f"Correction {i}: use the staging cluster", 0.95, "correction") for i in range(4)
+    ]
+    memory = doc(*corrections, *many_facts(30), recent_months="Migrating services to k8s. " * 300)
+    result = format_memory_for_injection(memory, max_tokens=300, counter=counter)
+    head, guaranteed, regular = split(result)
+    assert len(guaranteed) == 4 and regular
+    assert counter.count(head) <= (300 - cost(counter, guaranteed)) // 2
+    assert_within_budgets(result, counter, 300, 500)
+
+
+def test_a_short_head_and_a_head_beside_few_facts_are_kept_whole(counter):
+    short = doc(*many_facts(30), work_context="Data engineer")
+    assert "- Work: Data engineer\n" in format_memory_for_injection(short, 200, counter=counter)
+    long = "Works on long-running data pipelines. " * 12  # more than half of 300
+    few = doc(fact("Prefers tea", 0.9), work_context=long)
+    result = format_memory_for_injection(few, max_tokens=300, counter=counter)
+    assert TRUNCATION_MARKER not in result and result.endswith("Prefers tea")
 
 
 def test_a_head_too_long_without_facts_is_cut_to_max_tokens(counter):
@@ -434,3 +481,24 @@ def test_guaranteed_categories_may_be_one_string(counter):
         memory, max_tokens=0, guaranteed_categories="Preference", counter=counter
     )
     assert result == "Facts:\n- [preference | 0.50] Prefers tea"
+
+
+def test_the_service_with_a_200_token_budget_shows_regular_facts(tmp_path, sqlite_url):
+    from memory_sql import MemoryConfig, MemoryService, open_storage
+
+    with open_storage(sqlite_url) as storage:
+        memory = storage.load(user_id="u")
+        memory.facts.extend(many_facts(30))
+        memory.user.work_context.summary = "Works on long-running data pipelines. " * 200
+        storage.save(memory, user_id="u", expected_version=memory.version)
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f"memory:\n  storage: {sqlite_url}\n  injected_memory_max_tokens: 200\n",
+        encoding="utf-8",
+    )
+    with MemoryService(MemoryConfig.from_yaml(config, env={}), start=False) as service:
+        block = service.memory_context(user_id="u")
+    assert TRUNCATION_MARKER in block
+    assert block.count("\n- [context | ") >= 4
+    text = block.split("<user_memory>\n")[1].removesuffix("\n</user_memory>")
+    assert service.counter.count(text) <= 200
