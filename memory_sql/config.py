@@ -33,7 +33,7 @@ import re
 from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import (
@@ -128,6 +128,13 @@ class MemoryConfig(BaseModel):
     default because migrating a shared database is an operator's decision, taken with a
     backup and the older workers stopped (``memory-sql db upgrade``); see
     :mod:`memory_sql.migrations`.
+
+    The memory LLM's reply: ``llm_structured_output`` (``auto``, ``json_schema``,
+    ``json_object``, ``off``) chooses how the update's JSON Schema is sent as
+    ``response_format`` (see :mod:`memory_sql.llm`). The scope gate stores only facts and
+    section updates the LLM labels user-scoped, durable and descriptive;
+    ``scope_gate_allow_unlabeled`` (default false) stores those without labels too, as
+    before the gate (for models that leave them out).
     """
 
     model_config = ConfigDict(
@@ -162,6 +169,8 @@ class MemoryConfig(BaseModel):
     llm_json_mode: bool = True
     patterns_dir: Path | None = None
     auto_migrate: bool = False
+    llm_structured_output: Literal["auto", "json_schema", "json_object", "off"] = "auto"
+    scope_gate_allow_unlabeled: bool = False
 
     def __init__(self, **data: Any) -> None:
         """Build from keyword arguments (no environment); :class:`ConfigError` if invalid.
@@ -327,6 +336,11 @@ class MemoryConfig(BaseModel):
             return value.strip() or None
         return value
 
+    @field_validator("llm_structured_output", mode="before")
+    @classmethod
+    def _structured_output(cls, value: Any) -> Any:
+        return value.strip().lower() if isinstance(value, str) else value
+
     @field_validator("token_counting", mode="before")
     @classmethod
     def _token_counting_mode(cls, value: Any) -> Any:
@@ -482,6 +496,7 @@ def _allowed(key: str) -> str:
         "tiktoken_encoding_file": "the path of an existing file",
         "patterns_dir": "a folder of pattern files",
         "max_debounce_seconds": "at least debounce_seconds",
+        "llm_structured_output": "auto, json_schema, json_object or off",
     }
     bounds: dict[str, float] = {}
     for rule in field.metadata:

@@ -15,9 +15,16 @@ timeout, a refused connection, HTTP 408/409/429 or 5xx (with its back-off, or th
 ``retry-after``), each try limited to ``llm_timeout_seconds``. A call can therefore take up to
 ``(llm_max_retries + 1) × llm_timeout_seconds`` plus back-off.
 
-JSON mode (``llm_json_mode``) sends ``response_format={"type": "json_object"}``. Servers that
-do not know the option answer HTTP 400: the call is then made once more without it, and if that
-succeeds the client stops sending it. The prompt asks for JSON either way.
+Structured output (``llm_structured_output``, default ``auto``): a call given a ``schema`` sends
+it as ``response_format={"type": "json_schema", "json_schema": {…, "strict": true}}``, which
+OpenAI, vLLM and Ollama use to constrain decoding. An endpoint that rejects it (HTTP 400 or 422,
+or a 500 whose message names ``response_format``, as llama.cpp's server answers) is asked again
+one step down the ladder: ``{"type": "json_object", "schema": …}`` (llama.cpp's form), then
+``{"type": "json_object"}``, then no ``response_format``. The first step that is accepted is
+remembered for the (endpoint, model) for the rest of the process and logged once. ``json_schema``
+sends only the schema (no ladder), ``json_object`` starts at plain JSON mode, ``off`` sends no
+``response_format``; ``llm_json_mode: false`` means ``off``. A call without a schema starts at
+JSON mode. The prompt asks for JSON either way.
 """
 
 from __future__ import annotations
@@ -75,13 +82,19 @@ class LLMClient:
         max_retries: int = 2,
         temperature: float = 0.0,
         json_mode: bool = True,
+        structured_output: str = "auto",
     ) -> None:
         self.model = model
         self.base_url = (base_url or OPENAI_API_URL).rstrip("/")
         self.timeout_seconds = timeout_seconds
         self.max_retries = max_retries
         self.temperature = temperature
-        self.json_mode = json_mode
+        if structured_output not in STRUCTURED_OUTPUT_MODES:
+            raise ValueError(
+                f"structured_output {structured_output!r} is not one of "
+                f"{', '.join(STRUCTURED_OUTPUT_MODES)}"
+            )
+        self.structured_output = structured_output if json_mode else "off"
         self._api_key = api_key
         self._client: openai.OpenAI | None = None
         self._lock = threading.Lock()
@@ -102,13 +115,23 @@ class LLMClient:
             max_retries=config.llm_max_retries,
             temperature=config.llm_temperature,
             json_mode=config.llm_json_mode,
+            structured_output=config.llm_structured_output,
         )
 
     def __repr__(self) -> str:
         return f"LLMClient(model={self.model!r}, base_url={self.base_url!r})"
 
-    def complete(self, messages: list[dict[str, str]]) -> Completion:
-        """The model's answer to ``messages`` (``{"role": …, "content": …}`` dicts).
+    @property
+    def json_mode(self) -> bool:
+        """Whether a call without a schema still sends ``response_format`` (JSON mode)."""
+        return self._ladder(None)[0] != _NO_FORMAT
+
+    def complete(
+        self, messages: list[dict[str, str]], *, schema: Mapping[str, Any] | None = None
+    ) -> Completion:
+        """The model's answer to ``messages`` (``{"role": …, "content": …}`` dicts), its
+        decoding constrained to the JSON Schema ``schema`` when the endpoint allows (see the
+        module docstring).
 
         Raises:
             LLMError: no model or key is configured, the call timed out or could not connect,
@@ -121,24 +144,59 @@ class LLMClient:
             "messages": messages,
             "temperature": self.temperature,
         }
-        if self.json_mode:
+        ladder = self._ladder(schema)
+        for position, step in enumerate(ladder):
+            request = dict(options)
+            if step != _NO_FORMAT:
+                request["response_format"] = _response_format(step, schema)
             try:
-                return self._create(client, {**options, "response_format": _JSON_FORMAT})
+                completion = self._create(client, request)
             except LLMError as exc:
-                if exc.status != 400:
+                if position + 1 == len(ladder) or not _rejects_format(exc):
                     raise
                 logger.info(
-                    "%s answered HTTP 400 to response_format=json_object; asking again without it",
+                    "%s (model %s) refused response_format %s (%s); trying %s",
                     self.base_url,
+                    self.model,
+                    step,
+                    exc.status,
+                    ladder[position + 1],
                 )
-                completion = self._create(client, options)
-                self.json_mode = False
-                logger.warning(
-                    "%s does not accept JSON mode (response_format); no longer sending it",
-                    self.base_url,
-                )
-                return completion
-        return self._create(client, options)
+                continue
+            self._settle(schema is not None, step, rejected=ladder[:position])
+            return completion
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _ladder(self, schema: Mapping[str, Any] | None) -> tuple[str, ...]:
+        """The response formats to try, best first, for a call with or without ``schema``."""
+        if self.structured_output == "off":
+            return (_NO_FORMAT,)
+        if schema is None or self.structured_output == "json_object":
+            steps: tuple[str, ...] = (_JSON_OBJECT, _NO_FORMAT)
+        elif self.structured_output == "json_schema":
+            return (_JSON_SCHEMA,)
+        else:
+            steps = _LADDER
+        with _SETTLED_LOCK:
+            settled = _SETTLED.get((self.base_url, self.model, schema is not None))
+        if settled is not None and settled in steps:
+            steps = steps[steps.index(settled) :]
+        return steps
+
+    def _settle(self, with_schema: bool, step: str, *, rejected: tuple[str, ...]) -> None:
+        key = (self.base_url, self.model, with_schema)
+        with _SETTLED_LOCK:
+            if _SETTLED.get(key) == step:
+                return
+            _SETTLED[key] = step
+        if rejected:
+            logger.warning(
+                "%s (model %s) does not accept response_format %s; sending %s from now on",
+                self.base_url,
+                self.model,
+                " or ".join(rejected),
+                step,
+            )
 
     def close(self) -> None:
         """Close the HTTP connections; a later :meth:`complete` opens new ones."""
@@ -237,7 +295,36 @@ class LLMClient:
         return LLMError(message, endpoint=self.base_url, status=status)
 
 
-_JSON_FORMAT = {"type": "json_object"}
+STRUCTURED_OUTPUT_MODES = ("auto", "json_schema", "json_object", "off")
+"""The values of ``llm_structured_output``."""
+
+_JSON_SCHEMA = "json_schema"
+_JSON_OBJECT_SCHEMA = "json_object+schema"
+_JSON_OBJECT = "json_object"
+_NO_FORMAT = "none"
+_LADDER = (_JSON_SCHEMA, _JSON_OBJECT_SCHEMA, _JSON_OBJECT, _NO_FORMAT)
+# The step each (endpoint, model, with a schema) settled on, for the life of the process.
+_SETTLED: dict[tuple[str, str | None, bool], str] = {}
+_SETTLED_LOCK = threading.Lock()
+SCHEMA_NAME = "memory_update"
+
+
+def _response_format(step: str, schema: Mapping[str, Any] | None) -> dict[str, Any]:
+    if step == _JSON_SCHEMA:
+        return {
+            "type": "json_schema",
+            "json_schema": {"name": SCHEMA_NAME, "schema": dict(schema or {}), "strict": True},
+        }
+    if step == _JSON_OBJECT_SCHEMA:
+        return {"type": "json_object", "schema": dict(schema or {})}
+    return {"type": "json_object"}
+
+
+def _rejects_format(exc: LLMError) -> bool:
+    """Whether ``exc`` is an endpoint refusing the request's ``response_format``."""
+    if exc.status in (400, 422):
+        return True
+    return exc.status == 500 and "response_format" in str(exc)
 
 
 def _count(value: Any) -> int:

@@ -41,6 +41,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from functools import lru_cache
 from typing import Any
 
 from pydantic import (
@@ -312,3 +313,43 @@ def _describe(exc: ValidationError) -> str:
         problems.append(f"{where}: {error['msg'].removeprefix('Value error, ')}")
     more = exc.error_count() - len(problems)
     return "; ".join(problems) + (f" (and {more} more)" if more > 0 else "")
+
+
+def update_json_schema() -> dict[str, Any]:
+    """The JSON Schema of a reply, derived from :class:`MemoryUpdate` (the parser's own models,
+    so the two cannot drift), in the form strict structured outputs accept: every property
+    required, no other property allowed, no defaults or titles, every section an object (the
+    prompt asks for all six). A reply of this shape always parses; the parser still accepts
+    more (snake_case keys, sections left out, confidences as strings)."""
+    return _schema_copy()
+
+
+@lru_cache(maxsize=1)
+def _schema_json() -> str:
+    schema = MemoryUpdate.model_json_schema(mode="validation")
+    return json.dumps(_strict(schema))
+
+
+def _schema_copy() -> dict[str, Any]:
+    result: dict[str, Any] = json.loads(_schema_json())
+    return result
+
+
+def _strict(node: Any) -> Any:
+    if isinstance(node, list):
+        return [_strict(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {
+        key: _strict(value)
+        for key, value in node.items()
+        if key not in ("title", "default", "description", "maxItems")
+    }
+    branches = out.get("anyOf")
+    if isinstance(branches, list) and any("$ref" in branch for branch in branches):
+        # An optional section (absent: not proposed) is asked for as an object.
+        [out] = [branch for branch in branches if "$ref" in branch]
+    if out.get("type") == "object" and isinstance(out.get("properties"), dict):
+        out["required"] = list(out["properties"])
+        out["additionalProperties"] = False
+    return out

@@ -51,7 +51,7 @@ from .pattern_files import load_patterns
 from .prompt import build_update_prompt
 from .scope import Scope, check_thread_id
 from .storage.base import MemoryStorage
-from .update_parser import MemoryUpdate, parse_update
+from .update_parser import MemoryUpdate, parse_update, update_json_schema
 from .uploads import mentions_upload, strip_upload_mentions
 
 logger = logging.getLogger(__name__)
@@ -362,7 +362,7 @@ class _Run:
         )
         self.llm_called = True
         try:
-            completion = self.llm.complete(prompt)
+            completion = self.llm.complete(prompt, schema=update_json_schema())
         except LLMError as exc:
             return self.failed(str(exc))
         self.tokens = (completion.prompt_tokens, completion.completion_tokens)

@@ -8,6 +8,7 @@ are exercised as they are in production::
         llm.reply("overloaded", status=500)          # an OpenAI-style error body
         llm.reply("too slow", delay=2.0)              # answered after 2 s
         llm.responder = lambda body: "..."            # when the queue is empty
+        llm.refuse_format("json_schema", status=400)  # every request with that format fails
         config = llm_config(llm)                      # a MemoryConfig pointing at it
         ...
         llm.requests                                  # the JSON bodies received, in order
@@ -58,6 +59,7 @@ class ScriptedLLM:
         self.requests: list[dict[str, Any]] = []
         self.request_headers: list[dict[str, str]] = []
         self.responder: Callable[[dict[str, Any]], str] | None = None
+        self.refused_formats: dict[str, tuple[int, str]] = {}
         self._queue: deque[ScriptedReply] = deque()
         self._lock = threading.Lock()
         self._closing = threading.Event()
@@ -89,6 +91,24 @@ class ScriptedLLM:
                 )
             )
 
+    def refuse_format(self, kind: str, *, status: int = 400, message: str | None = None) -> None:
+        """Answer every request whose ``response_format`` is ``kind`` with an error, as a server
+        that does not support it does, without using a scripted reply. ``kind`` is the format's
+        ``type`` (``json_schema``, ``json_object``), or ``json_object+schema`` for a
+        ``json_object`` carrying a ``schema`` (then plain ``json_object`` is still served)."""
+        text = message or f"response_format type {kind} is not supported"
+        with self._lock:
+            self.refused_formats[kind] = (status, text)
+
+    @staticmethod
+    def format_of(body: Mapping[str, Any]) -> str:
+        """The kind of ``response_format`` a request body carries (``none`` without one)."""
+        form = body.get("response_format")
+        if not isinstance(form, Mapping):
+            return "none"
+        kind = str(form.get("type"))
+        return f"{kind}+schema" if kind == "json_object" and "schema" in form else kind
+
     @property
     def pending(self) -> int:
         """How many scripted replies have not been served yet."""
@@ -118,6 +138,9 @@ class ScriptedLLM:
         with self._lock:
             self.requests.append(body)
             self.request_headers.append(headers)
+            refused = self.refused_formats.get(self.format_of(body))
+            if refused is not None:
+                return ScriptedReply(refused[1], status=refused[0])
             if self._queue:
                 return self._queue.popleft()
             responder = self.responder
