@@ -5,17 +5,27 @@ Run: .venv/bin/python benchmarks/bench_intake.py
 Intake (filter_messages_for_memory, then detect_correction and detect_reinforcement on the
 filtered turns, as the agent hook does after every conversation) is timed next to a plain
 ``json.dumps`` of the raw messages, measured in the same run; the ratio is the figure to watch.
+
+Then one very long message (a 5 MB paste): ``after_agent`` on a SQLite service with it, next to
+``after_agent`` with a 1 kB message (the ratio should stay near 1: intake cuts a message to
+``MAX_MESSAGE_CHARS`` before the signals), and intake of it with the cut switched off (as it
+was before), to show what the cut saves.
 """
 
 from __future__ import annotations
 
 import json
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import memory_sql.intake
+from memory_sql import MemoryConfig, MemoryService
 from memory_sql.intake import filter_messages_for_memory
+from memory_sql.messages import MAX_MESSAGE_CHARS
 from memory_sql.pattern_files import load_patterns
 from memory_sql.signals import detect_correction, detect_reinforcement
 
@@ -110,6 +120,45 @@ def main() -> None:
     print(f"intake (filter + both detectors): {t_intake * 1e6:9.1f} µs per conversation")
     print(f"json.dumps of the same messages : {t_json * 1e6:9.1f} µs per conversation")
     print(f"ratio intake / json.dumps       : {t_intake / t_json:9.2f}x")
+    long_message()
+
+
+def long_message() -> None:
+    paste = ("SELECT * FROM orders WHERE id = 42; -- a log line of the pasted trace\n" * 75_000)[
+        :5_000_000
+    ]
+    short = paste[:1000]
+
+    def chat(text: str) -> list[dict[str, str]]:
+        return [
+            {"role": "user", "content": "Why is this query slow? The trace:\n" + text},
+            {"role": "assistant", "content": "I see: the query scans the whole table."},
+        ]
+
+    long_chat, short_chat = chat(paste), chat(short)
+    with tempfile.TemporaryDirectory() as folder:
+        url = f"sqlite:///{Path(folder) / 'bench.db'}"
+        with MemoryService(MemoryConfig(storage=url, model_name="m"), start=False) as service:
+
+            def hook(messages: list[dict[str, str]]) -> None:
+                assert service.after_agent(messages, thread_id="t", user_id="u")
+
+            hook(short_chat)
+            t_long = median_seconds(lambda: hook(long_chat), repeat=5, rounds=5)
+            t_short = median_seconds(lambda: hook(short_chat), repeat=20, rounds=5)
+    t_cut = median_seconds(lambda: intake(long_chat), repeat=5, rounds=5)
+    memory_sql.intake.MAX_MESSAGE_CHARS = 10**12  # the cut switched off, as intake was before
+    try:
+        t_uncut = median_seconds(lambda: intake(long_chat), repeat=1, rounds=3)
+    finally:
+        memory_sql.intake.MAX_MESSAGE_CHARS = MAX_MESSAGE_CHARS
+    print(f"\none {len(paste) / 1e6:.0f} MB message (cut at intake to {MAX_MESSAGE_CHARS} chars):")
+    print(f"after_agent, 5 MB message       : {t_long * 1e3:9.2f} ms")
+    print(f"after_agent, 1 kB message       : {t_short * 1e3:9.2f} ms")
+    print(f"ratio 5 MB / 1 kB               : {t_long / t_short:9.2f}x")
+    print(f"intake of it, cut               : {t_cut * 1e3:9.2f} ms")
+    print(f"intake of it, not cut (before)  : {t_uncut * 1e3:9.2f} ms")
+    print(f"ratio not cut / cut             : {t_uncut / t_cut:9.0f}x")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
-from .messages import Message, normalize_messages
+from .messages import MAX_MESSAGE_CHARS, Message, normalize_messages, shorten
 from .pattern_files import PatternList, PatternSet, load_patterns, match_text
 from .uploads import strip_upload_blocks
 
@@ -28,6 +28,12 @@ def filter_messages_for_memory(
     dropped together with the assistant reply that answers it. Filtering its own output
     changes nothing.
 
+    A kept turn longer than :data:`~memory_sql.messages.MAX_MESSAGE_CHARS` is cut to its head
+    and tail (:func:`~memory_sql.messages.shorten`, what the update prompt shows of it anyway)
+    before the trivial check and before any signal is looked for, so the work a turn costs is
+    bounded whatever was pasted into it. Upload blocks are removed first, from the whole text
+    (a linear scan), since a block's closing tag may lie in the part cut out.
+
     ``patterns`` defaults to the bundled ones (:func:`~memory_sql.pattern_files.load_patterns`).
 
     Raises:
@@ -40,7 +46,7 @@ def filter_messages_for_memory(
         if message.hidden:
             continue
         if message.role == "user":
-            text = strip_upload_blocks(message.text)
+            text = _cut(strip_upload_blocks(message.text))
             if not text or is_trivial(text, trivial):
                 skip_reply = True
                 continue
@@ -49,9 +55,15 @@ def filter_messages_for_memory(
         elif message.role == "assistant" and not message.has_tool_calls and message.text.strip():
             if skip_reply:
                 skip_reply = False
+            elif len(message.text) > MAX_MESSAGE_CHARS:
+                kept.append(replace(message, text=_cut(message.text.strip())))
             else:
                 kept.append(message)
     return kept
+
+
+def _cut(text: str) -> str:
+    return shorten(text) if len(text) > MAX_MESSAGE_CHARS else text
 
 
 def is_trivial(text: str, trivial: PatternList) -> bool:

@@ -21,10 +21,17 @@ of a dict), unless it carries a well-formed answer to a clarification question
 Anything else raises :class:`~memory_sql.errors.InvalidMessageError` naming the message's index,
 and so does text that cannot be encoded as UTF-8 (a lone surrogate such as ``"\ud800"``): no
 LLM request or database row could carry it.
+
+Memory never needs more of one message than :data:`MAX_MESSAGE_CHARS`: :func:`shorten` keeps
+the head and the tail of a longer text around a marker. Intake cuts every kept turn so
+(:func:`memory_sql.intake.filter_messages_for_memory`), and the update prompt shows each
+message at most so long (:mod:`memory_sql.prompt`), so the cut loses nothing the LLM would
+have seen, and a 5 MB paste costs the agent's turn no more than a 2 kB one.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +39,25 @@ from typing import Any
 from .errors import InvalidMessageError
 
 ROLES = ("user", "assistant", "tool", "system")
+
+MAX_MESSAGE_CHARS = 2000
+"""The most of one message's text memory keeps and shows the LLM: a longer text keeps its first
+and last ``MAX_MESSAGE_CHARS // 2`` characters around a marker (:func:`shorten`)."""
+_SHORTENED = "\n...[{} characters omitted]...\n"
+_SHORTENED_MARK = re.compile(r"\n\.\.\.\[\d+ characters omitted\]\.\.\.\n")
+
+
+def shorten(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """``text``, or its first and last ``limit // 2`` characters around a marker saying how
+    many were left out. A text it shortened already is returned as it is, so the marker keeps
+    the count of the original: ``shorten(shorten(t)) == shorten(t)``."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    if _SHORTENED_MARK.fullmatch(text, half, len(text) - half):
+        return text
+    return text[:half] + _SHORTENED.format(len(text) - 2 * half) + text[-half:]
+
 
 _ROLE_NAMES = {
     "user": "user",

@@ -25,7 +25,8 @@ the confidence bands, and the exact JSON to answer with. The user message carrie
 Everything taken from memory or from the conversation is HTML-escaped (``<``, ``>``, ``&``), so
 no stored text and no user message can close a tag of the prompt or forge one; memory text is
 also folded onto one line, so it cannot start a fact line of its own. A message longer than
-:data:`MAX_MESSAGE_CHARS` keeps its head and tail around a marker; when the conversation is
+:data:`~memory_sql.messages.MAX_MESSAGE_CHARS` keeps its head and tail around a marker
+(:func:`~memory_sql.messages.shorten`; intake has cut it so already); when the conversation is
 longer than :data:`MAX_CONVERSATION_CHARS`, its oldest messages are left out (and counted).
 """
 
@@ -34,12 +35,10 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
-from .messages import Message
+from .messages import MAX_MESSAGE_CHARS, Message, shorten  # noqa: F401  (the bound, re-exported)
 from .models import MemoryDocument
 
-MAX_MESSAGE_CHARS = 2000
 MAX_CONVERSATION_CHARS = 40_000
-_SHORTENED = "\n...[{} characters omitted]...\n"
 
 SECTION_KEYS = {
     "work_context": "workContext",
@@ -221,14 +220,6 @@ def _block(message: Message) -> str | None:
         return None
     speaker = "User" if message.role == "user" else "Assistant"
     return f"{speaker}: {_escape(shorten(text))}"
-
-
-def shorten(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
-    """``text``, or its first and last ``limit // 2`` characters around a marker."""
-    if len(text) <= limit:
-        return text
-    half = limit // 2
-    return text[:half] + _SHORTENED.format(len(text) - 2 * half) + text[-half:]
 
 
 def _escape(text: str) -> str:
