@@ -1,0 +1,3 @@
+"""Stand-in: ``deerflow.agents``."""
+
+from __future__ import annotations
