@@ -36,6 +36,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
+from contextvars import ContextVar
 from typing import Any, ClassVar, Literal
 
 from deerflow.agents.memory.manager import MemoryConflictError, MemoryManager
@@ -151,6 +152,12 @@ def _contract_errors() -> Iterator[None]:
         raise KeyError(exc.fact_id) from exc
 
 
+_HOST_HOOKS: ContextVar[dict[str, Any] | None] = ContextVar(
+    "memory_sql_deerflow_hooks", default=None
+)
+"""The host hooks of the :meth:`SQLMemoryManager.from_config` building an instance."""
+
+
 @contextmanager
 def _unwrapped_config_error() -> Iterator[None]:
     """A :class:`ConfigError` raised while pydantic builds the manager, as itself (pydantic
@@ -204,26 +211,21 @@ class SQLMemoryManager(MemoryManager):
         OpenAI-compatible settings); the others (``should_keep_hidden_message``,
         ``trace_context_manager``, ``extraction_callback``) are accepted and not used.
         """
-        settings = read_backend_config(backend_config)  # a ConfigError as it is
-        with _unwrapped_config_error():
-            return cls.model_validate(
-                {
-                    "backend_config": backend_config,
-                    "mode": mode,
-                    "callbacks": host_hooks.get("callbacks"),
-                },
-                context={"host_hooks": host_hooks, "settings": settings},
+        token = _HOST_HOOKS.set(host_hooks)
+        try:
+            return cls(
+                backend_config=backend_config, mode=mode, callbacks=host_hooks.get("callbacks")
             )
+        finally:
+            _HOST_HOOKS.reset(token)
 
     def __init__(self, **data: Any) -> None:
         with _unwrapped_config_error():
             super().__init__(**data)
 
     def model_post_init(self, context: Any) -> None:
-        context = context if isinstance(context, dict) else {}
-        hooks = context.get("host_hooks", {})
-        settings = context.get("settings") or read_backend_config(self.backend_config)
-        self._settings = settings
+        hooks = _HOST_HOOKS.get() or {}
+        self._settings = settings = read_backend_config(self.backend_config)
         folder = sqlite_folder(settings.url)
         if folder is not None:
             folder.mkdir(parents=True, exist_ok=True)
