@@ -137,8 +137,14 @@ class MemoryConfig(BaseModel):
     before the gate (for models that leave them out).
     """
 
+    # protected_namespaces=(): the seed's key ``model_name`` is no pydantic method (pydantic
+    # 2.6, the floor, warns about every field starting with ``model_`` otherwise).
     model_config = ConfigDict(
-        extra="forbid", frozen=True, allow_inf_nan=False, hide_input_in_errors=True
+        extra="forbid",
+        frozen=True,
+        allow_inf_nan=False,
+        hide_input_in_errors=True,
+        protected_namespaces=(),
     )
 
     enabled: bool = True
