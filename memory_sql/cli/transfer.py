@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Annotated, TextIO
 
 import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from .. import admin
 from ..database import redacted
 from ..errors import MemorySQLError
+from ..integrations.deerflow import folders
 from ..scope import Scope
 from ._common import ConfigOption, UrlOption, app, command, err, lit, out, plural
 from ._data import AgentOption, TenantOption, UserOption, sql_storage
@@ -124,19 +126,38 @@ def import_(
     agent: AgentOption = None,
     tenant: TenantOption = None,
     jsonl: JsonlOption = None,
+    deerflow_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--deerflow-dir",
+            help="DeerFlow's state folder: every user's and agent's memory in it "
+            "(users/USER/memory.json, agents/AGENT/memory.json or facts/…/ID.md).",
+            show_default=False,
+        ),
+    ] = None,
     url: UrlOption = None,
     config: ConfigOption = None,
 ) -> None:
-    """Import one memory from DeerFlow's memory.json, or many from a JSON Lines export.
+    """Import one memory from DeerFlow's memory.json, many from a JSON Lines export, or a
+    whole DeerFlow memory folder.
 
     The memory becomes what the file holds: its sections and facts, fact ids kept.
-    The whole file is checked before anything is written.
+    The whole file (or folder) is checked before anything is written.
     Importing the same file again changes nothing.
 
     Example:
         memory-sql import memory.json --user alice --agent coder
         memory-sql import --jsonl acme.jsonl --url sqlite:///memory.db
+        memory-sql import --deerflow-dir ~/.deer-flow --url sqlite:///memory.db
     """
+    if deerflow_dir is not None:
+        if file is not None or user is not None or agent is not None or jsonl is not None:
+            raise ValueError(
+                "--deerflow-dir takes users and agents from the folder: leave out FILE, "
+                "--user, --agent, --jsonl"
+            )
+        _import_deerflow_dir(deerflow_dir, tenant, url, config)
+        return
     if jsonl is not None:
         if file is not None or user is not None or agent is not None or tenant is not None:
             raise ValueError(
@@ -209,6 +230,30 @@ def forget(
     )
     for table, count in counts.items():
         out.print(f"  {table}: {count}", highlight=False, soft_wrap=True)
+
+
+def _import_deerflow_dir(
+    root: Path, tenant: str | None, url: str | None, config: Path | None
+) -> None:
+    """``import --deerflow-dir``: read and check the folder, then import it with a progress
+    bar (:mod:`memory_sql.integrations.deerflow.folders`)."""
+    plan = folders.read_folder(root, tenant_id=tenant)
+    for problem in plan.problems:
+        err.print(
+            f"[red]invalid:[/red] {lit(problem.describe(root))}", highlight=False, soft_wrap=True
+        )
+    if plan.problems:
+        raise folders.FolderError(root, plan.problems)
+    with (
+        sql_storage(url, config, create=True) as storage,
+        Progress(
+            TextColumn("importing"), BarColumn(), MofNCompleteColumn(), console=err
+        ) as progress,
+    ):
+        task = progress.add_task("import", total=len(plan.memories))
+        result = folders.import_folder(storage, plan, progress=lambda _: progress.advance(task))
+    for line in folders.summary(result):
+        out.print(lit(line), highlight=False, soft_wrap=True)
 
 
 @contextmanager

@@ -564,7 +564,7 @@ def summary(result: FolderImport) -> list[str]:
         f"{_plural(plan.facts, 'fact')}; {result.changed} changed, {result.unchanged} unchanged",
     ]
     if plan.skipped:
-        lines.append(f"skipped {_plural(len(plan.skipped), 'file')}:")
+        lines.append(f"skipped {len(plan.skipped)}:")
         lines.extend(f"  {finding.describe(plan.root)}" for finding in plan.skipped)
     return lines
 
