@@ -43,7 +43,7 @@ import sqlalchemy as sa
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from _workers import run_service_killed_at, run_service_until_idle
-from llm_server import ScriptedLLM
+from llm_server import LABELS, ScriptedLLM
 from pg_cluster import PrivateCluster, find_bindir
 
 from memory_sql import MemoryConfig, migrations
@@ -100,6 +100,7 @@ class Learner:
         suffix = f" (call {n})" if self.per_call else ""
         facts = [
             {"content": f"Likes {thing}{suffix}", "category": "preference", "confidence": 0.9}
+            | LABELS
             for thing in LIKES.findall(conversation)
         ]
         return json.dumps({"user": {}, "history": {}, "newFacts": facts, "factsToRemove": []})

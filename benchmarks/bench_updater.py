@@ -97,11 +97,18 @@ def memory(rng: random.Random, facts: int) -> MemoryDocument:
     return doc
 
 
+_LABELS = {"scope": "user", "durability": "durable", "authority": "descriptive"}
+
+
 def reply_for(doc: MemoryDocument, n: int) -> str:
     return json.dumps(
         {
             "user": {
-                "topOfMind": {"summary": f"Refactoring billing, round {n}.", "shouldUpdate": True}
+                "topOfMind": {
+                    "summary": f"Refactoring billing, round {n}.",
+                    "shouldUpdate": True,
+                    **_LABELS,
+                }
             },
             "history": {},
             "newFacts": [
@@ -110,6 +117,7 @@ def reply_for(doc: MemoryDocument, n: int) -> str:
                     "category": "correction",
                     "confidence": 0.95,
                     "sourceError": "suggested npm",
+                    **_LABELS,
                 }
             ],
             "factsToRemove": [doc.facts[0].id],

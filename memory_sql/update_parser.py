@@ -28,6 +28,11 @@ was):
   (``"high"``), booleans, NaN and infinities are refused. ``category`` defaults to ``context``
   and is lower-cased; ``sourceError`` is an optional string.
 - ``factsToRemove`` (optional) is a list of fact ids, as strings or as ``{"id": …}`` objects.
+- Scope-gate labels, on each new fact and each section: ``scope`` (``user`` | ``thread`` |
+  ``project``), ``durability`` (``durable`` | ``temporary``), ``authority`` (``descriptive`` |
+  ``transactional``). Each is optional here and read lower-cased; a label that is not a string
+  is kept as ``"invalid"``. They never reject a reply: the updater's scope gate
+  (:func:`memory_sql.updater.gate_reason`) decides what a missing or unknown label means.
 - Keys may be camelCase or snake_case (``shouldUpdate``/``should_update``, ``newFacts``/
   ``new_facts``, ``workContext``/``work_context``, …); other keys are ignored.
 
@@ -42,7 +47,7 @@ import json
 import math
 import re
 from functools import lru_cache
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import (
     AliasChoices,
@@ -52,6 +57,7 @@ from pydantic import (
     StrictBool,
     StrictStr,
     ValidationError,
+    WithJsonSchema,
     field_validator,
 )
 
@@ -83,6 +89,26 @@ class _Strict(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
 
 
+SCOPES = ("user", "thread", "project")
+DURABILITIES = ("durable", "temporary")
+AUTHORITIES = ("descriptive", "transactional")
+
+
+def _label(values: tuple[str, ...]) -> Any:
+    return Annotated[str | None, WithJsonSchema({"type": "string", "enum": list(values)})]
+
+
+def _read_label(value: Any) -> Any:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        return "invalid"
+    return value.strip().lower() or None
+
+
+_LABELS = ("scope", "durability", "authority")
+
+
 class SectionUpdate(_Strict):
     """What the LLM says about one summary section."""
 
@@ -90,6 +116,12 @@ class SectionUpdate(_Strict):
     should_update: StrictBool = Field(
         default=False, validation_alias=AliasChoices("shouldUpdate", "should_update")
     )
+    # The scope-gate labels (None: not given), after the content so the model writes it first.
+    scope: _label(SCOPES) = None  # type: ignore[valid-type]
+    durability: _label(DURABILITIES) = None  # type: ignore[valid-type]
+    authority: _label(AUTHORITIES) = None  # type: ignore[valid-type]
+
+    _labels = field_validator(*_LABELS, mode="before")(_read_label)
 
     @field_validator("summary", mode="before")
     @classmethod
@@ -131,6 +163,11 @@ class NewFact(_Strict):
     source_error: StrictStr | None = Field(
         default=None, validation_alias=AliasChoices("sourceError", "source_error")
     )
+    scope: _label(SCOPES) = None  # type: ignore[valid-type]
+    durability: _label(DURABILITIES) = None  # type: ignore[valid-type]
+    authority: _label(AUTHORITIES) = None  # type: ignore[valid-type]
+
+    _labels = field_validator(*_LABELS, mode="before")(_read_label)
 
     _content = field_validator("content")(clean_content)
     _category = field_validator("category", mode="before")(clean_category)
@@ -186,6 +223,17 @@ class MemoryUpdate(_Strict):
                 raise ValueError(f"a fact id must be a string, not {type(item).__name__}")
             ids.append(item.strip())
         return ids
+
+    def proposed_sections(self) -> dict[str, SectionUpdate]:
+        """The sections the reply would rewrite (marked ``shouldUpdate``, non-blank summary),
+        by name, with their labels; :meth:`section_updates` without the labels."""
+        proposed: dict[str, SectionUpdate] = {}
+        for group, names in ((self.user, USER_SECTIONS), (self.history, HISTORY_SECTIONS)):
+            for name in names:
+                section: SectionUpdate | None = getattr(group, name)
+                if section is not None and section.should_update and section.summary:
+                    proposed[name] = section
+        return proposed
 
     def section_updates(self) -> dict[str, str]:
         """The sections to rewrite, by name (``work_context`` …), with their new summaries:

@@ -22,6 +22,15 @@ returns the reply (``UpdateResult.reply``) so that a later run can apply it with
    evicted at once, and is then not added;
 5. upload mentions are scrubbed from every summary and fact
    (:func:`~memory_sql.strip_upload_mentions`).
+
+Before all of this, the scope gate (:func:`gate_reason`) keeps out every proposed fact and
+section rewrite the LLM did not label ``scope: user``, ``durability: durable`` and ``authority:
+descriptive``: a rule for one task ("for this report use British spelling") is thread-scoped,
+not a fact about the user. A correction fact needs only ``scope: user``, however it is phrased.
+Items without labels are kept out too (reason ``unlabeled``) unless
+``scope_gate_allow_unlabeled`` is set, which stores them as before the gate. What the gate
+keeps out is counted by reason (:attr:`UpdateResult.rejected`) and logged at DEBUG with its
+text.
 """
 
 from __future__ import annotations
@@ -29,8 +38,9 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
@@ -51,7 +61,16 @@ from .pattern_files import load_patterns
 from .prompt import build_update_prompt
 from .scope import Scope, check_thread_id
 from .storage.base import MemoryStorage
-from .update_parser import MemoryUpdate, parse_update, update_json_schema
+from .update_parser import (
+    AUTHORITIES,
+    DURABILITIES,
+    SCOPES,
+    MemoryUpdate,
+    NewFact,
+    SectionUpdate,
+    parse_update,
+    update_json_schema,
+)
 from .uploads import mentions_upload, strip_upload_mentions
 
 logger = logging.getLogger(__name__)
@@ -75,6 +94,7 @@ class UpdateResult:
     not known), ``attempts`` the number of saves tried, ``llm_called`` whether the LLM was asked.
     ``conflicted`` marks a run that failed because every save lost to another writer; its
     ``reply`` is the parsed LLM reply, to apply again later without asking the LLM.
+    ``rejected`` counts, by reason, the facts and sections the scope gate kept out.
     """
 
     ok: bool
@@ -90,6 +110,7 @@ class UpdateResult:
     llm_called: bool = False
     conflicted: bool = False
     reply: MemoryUpdate | None = None
+    rejected: dict[str, int] = field(default_factory=dict)
 
     @property
     def changed(self) -> bool:
@@ -105,7 +126,9 @@ class AppliedChanges:
 
     ``ignored_removals`` are ids named for removal that the memory does not hold;
     ``skipped_facts`` are ``(content, reason)`` of proposed facts not added (``"low
-    confidence"``, ``"duplicate"``, ``"upload"``, ``"over max_facts"``).
+    confidence"``, ``"duplicate"``, ``"upload"``, ``"over max_facts"``); ``gated`` are
+    ``(kind, text, reason)`` of the facts and sections (kind ``"fact"`` or ``"section"``) the
+    scope gate kept out (:func:`gate_reason`).
     """
 
     facts_added: tuple[str, ...] = ()
@@ -114,6 +137,7 @@ class AppliedChanges:
     sections_updated: tuple[str, ...] = ()
     ignored_removals: tuple[str, ...] = ()
     skipped_facts: tuple[tuple[str, str], ...] = ()
+    gated: tuple[tuple[str, str, str], ...] = ()
 
     def __bool__(self) -> bool:
         return bool(
@@ -132,7 +156,16 @@ def apply_update(
     """``memory`` with ``update`` applied by the rules of the module docstring, and what
     changed. ``memory`` itself is not modified; the result keeps its ``version``."""
     doc = memory.clone()
-    sections_updated = _update_sections(doc, update.section_updates(), now)
+    allow = config.scope_gate_allow_unlabeled
+    gated: list[tuple[str, str, str]] = []
+    sections: dict[str, str] = {}
+    for name, section in update.proposed_sections().items():
+        reason = gate_reason(section, correction=False, allow_unlabeled=allow)
+        if reason is None:
+            sections[name] = section.summary
+        else:
+            gated.append(("section", f"{name}: {section.summary}", reason))
+    sections_updated = _update_sections(doc, sections, now)
 
     wanted = dict.fromkeys(update.facts_to_remove)
     held = {fact.id for fact in doc.facts}
@@ -146,6 +179,12 @@ def apply_update(
     keys = {_key(fact.content) for fact in doc.facts} if update.new_facts else set()
     new: list[Fact] = []
     for proposed in update.new_facts:
+        reason = gate_reason(
+            proposed, correction=proposed.category == "correction", allow_unlabeled=allow
+        )
+        if reason is not None:
+            gated.append(("fact", proposed.content, reason))
+            continue
         key = _key(proposed.content)
         if proposed.confidence < config.min_confidence:  # the floor itself is accepted
             skipped.append((proposed.content, "low confidence"))
@@ -186,10 +225,37 @@ def apply_update(
         ),
         ignored_removals=ignored,
         skipped_facts=tuple(skipped),
+        gated=tuple(gated),
     )
     if changes:
         doc.last_updated = now
     return doc, changes
+
+
+_WANTED = (("scope", "user"), ("durability", "durable"), ("authority", "descriptive"))
+_KNOWN_LABELS = {"scope": SCOPES, "durability": DURABILITIES, "authority": AUTHORITIES}
+
+
+def gate_reason(
+    item: NewFact | SectionUpdate, *, correction: bool, allow_unlabeled: bool
+) -> str | None:
+    """Why the scope gate keeps a proposed fact or section rewrite out of memory (``"thread
+    scope"``, ``"project scope"``, ``"temporary"``, ``"transactional"``, ``"unlabeled"``,
+    ``"unknown scope"`` …), or ``None`` to let it through. The labels must say user-scoped,
+    durable and descriptive; a ``correction`` needs only the user scope. A missing label is
+    ``"unlabeled"`` unless ``allow_unlabeled``, when it passes."""
+    for label, wanted in _WANTED[:1] if correction else _WANTED:
+        value = getattr(item, label)
+        if value is None:
+            if allow_unlabeled:
+                continue
+            return "unlabeled"
+        if value == wanted:
+            continue
+        if value not in _KNOWN_LABELS[label]:
+            return f"unknown {label}"
+        return f"{value} scope" if label == "scope" else value
+    return None
 
 
 # The casefold keys of a memory's facts are needed at every update: keep the recent ones.
@@ -430,6 +496,7 @@ class _Run:
             version=version,
             attempts=attempts,
             llm_called=self.llm_called,
+            rejected=dict(Counter(reason for _, _, reason in changes.gated)),
         )
 
     def failed(
@@ -451,6 +518,15 @@ class _Run:
         )
 
     def log_details(self, changes: AppliedChanges) -> None:
+        for kind, text, reason in changes.gated:
+            logger.debug(
+                "memory %s, thread %s: scope gate keeps out %s (%s): %.200r",
+                self.scope,
+                self.thread_id,
+                kind,
+                reason,
+                text,
+            )
         if changes.ignored_removals:
             logger.info(
                 "memory %s, thread %s: ignoring removal of unknown fact ids %s",

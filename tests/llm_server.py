@@ -60,6 +60,8 @@ class ScriptedLLM:
         self.request_headers: list[dict[str, str]] = []
         self.responder: Callable[[dict[str, Any]], str] | None = None
         self.refused_formats: dict[str, tuple[int, str]] = {}
+        self.usage: list[tuple[str, int, int]] = []
+        """(model, prompt_tokens, completion_tokens) of every successful answer, in order."""
         self._queue: deque[ScriptedReply] = deque()
         self._lock = threading.Lock()
         self._closing = threading.Event()
@@ -251,6 +253,8 @@ def _handler_for(llm: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
             if completion is None:
                 completion = len(reply.content or "") // 4
             model = body.get("model") if isinstance(body.get("model"), str) else "unknown"
+            with llm._lock:
+                llm.usage.append((model, prompt, completion))
             payload = completion_body(reply.content, model, prompt, completion)
             self._send(200, payload, reply.headers)
 
@@ -274,13 +278,21 @@ def _handler_for(llm: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
 _KNOWN = frozenset(s.value for s in HTTPStatus)
 
 
+LABELS = {"scope": "user", "durability": "durable", "authority": "descriptive"}
+"""The scope-gate labels of an item the gate stores."""
+
+
 def update_reply(**overrides: Any) -> dict[str, Any]:
-    """A well-formed memory update (one section rewrite, one confident fact) as a dict;
-    ``overrides`` replace top-level keys."""
+    """A well-formed memory update (one section rewrite, one confident fact, both labelled
+    user-scoped, durable and descriptive) as a dict; ``overrides`` replace top-level keys."""
     reply: dict[str, Any] = {
-        "user": {"workContext": {"summary": "Backend engineer at Acme.", "shouldUpdate": True}},
+        "user": {
+            "workContext": {"summary": "Backend engineer at Acme.", "shouldUpdate": True, **LABELS}
+        },
         "history": {},
-        "newFacts": [{"content": "Prefers Python", "category": "preference", "confidence": 0.9}],
+        "newFacts": [
+            {"content": "Prefers Python", "category": "preference", "confidence": 0.9, **LABELS}
+        ],
         "factsToRemove": [],
     }
     reply.update(overrides)
@@ -288,8 +300,10 @@ def update_reply(**overrides: Any) -> dict[str, Any]:
 
 
 def _with_fact(**fields: Any) -> str:
-    fact = {"content": "Prefers Python", "category": "preference", "confidence": 0.9, **fields}
-    good = {"content": "Works on billing", "category": "context", "confidence": 0.95}
+    # The labels before the confidence, which stays last (a case below edits its digits).
+    fact = {"content": "Prefers Python", "category": "preference", **LABELS, "confidence": 0.9}
+    fact.update(fields)
+    good = {"content": "Works on billing", "category": "context", "confidence": 0.95, **LABELS}
     return json.dumps(update_reply(newFacts=[good, fact]))
 
 

@@ -26,7 +26,8 @@ HEAD = migrations.head_revision()
 CHAT = [{"role": "user", "content": "I use vim"}, {"role": "assistant", "content": "Noted"}]
 UPDATE = (
     '{"user": {}, "history": {}, "newFacts": '
-    '[{"content": "Uses vim", "category": "preference", "confidence": 0.9}]}'
+    '[{"content": "Uses vim", "category": "preference", "confidence": 0.9, '
+    '"scope": "user", "durability": "durable", "authority": "descriptive"}]}'
 )
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from llm_server import LABELS
 from typer.testing import CliRunner
 
 from memory_sql.cli import app
@@ -38,7 +39,7 @@ def learn(body: dict) -> str:
     prompt = body["messages"][-1]["content"]
     conversation = prompt.split("<conversation>")[1].split("</conversation>")[0]
     facts = [
-        {"content": f"Likes {thing}", "category": "preference", "confidence": 0.9}
+        {"content": f"Likes {thing}", "category": "preference", "confidence": 0.9, **LABELS}
         for thing in LIKES.findall(conversation)
     ]
     return json.dumps({"user": {}, "history": {}, "newFacts": facts, "factsToRemove": []})
@@ -386,7 +387,9 @@ def test_demo_uses_a_configured_llm(tmp_path, llm):
         {
             "user": {},
             "history": {},
-            "newFacts": [{"content": "Likes demos", "category": "preference", "confidence": 0.9}],
+            "newFacts": [
+                {"content": "Likes demos", "category": "preference", "confidence": 0.9, **LABELS}
+            ],
         }
     )
     url = f"sqlite:///{tmp_path / 'demo.db'}"

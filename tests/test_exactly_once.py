@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from _workers import run_service_killed_at, run_service_until_idle
+from llm_server import LABELS
 from test_service import chat
 
 from memory_sql import MemoryConfig, migrations
@@ -71,6 +72,7 @@ class TeaPerCall:
             self.calls += 1
             n = self.calls
         fact = {"content": f"Likes tea (call {n})", "category": "preference", "confidence": 0.9}
+        fact.update(LABELS)
         return json.dumps({"user": {}, "history": {}, "newFacts": [fact], "factsToRemove": []})
 
 

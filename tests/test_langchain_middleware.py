@@ -28,7 +28,7 @@ from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langgraph.checkpoint.memory import InMemorySaver
-from llm_server import llm_config, update_reply
+from llm_server import LABELS, llm_config, update_reply
 from pydantic import Field
 
 from memory_sql.integrations.langchain import (
@@ -105,7 +105,7 @@ def user_id(scope: dict[str, str]) -> str:
 @pytest.fixture
 def service(llm: Any, sqlite_url: str) -> Iterator[MemoryService]:
     """A real service; a 60 s debounce keeps queued conversations pending until ``flush``."""
-    llm.reply(json.dumps(update_reply(newFacts=[{"content": FACT, "confidence": 0.95}])))
+    llm.reply(json.dumps(update_reply(newFacts=[{"content": FACT, "confidence": 0.95, **LABELS}])))
     svc = MemoryService(llm_config(llm, storage=sqlite_url, debounce_seconds=60))
     yield svc
     svc.close(timeout=10)

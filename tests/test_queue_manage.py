@@ -12,7 +12,7 @@ from datetime import timedelta
 
 import pytest
 import sqlalchemy as sa
-from llm_server import llm_config
+from llm_server import LABELS, llm_config
 from typer.testing import CliRunner
 
 from memory_sql import MemoryConfig, MemoryService, UpdateKey, UpdateNotFoundError
@@ -37,7 +37,9 @@ UPDATE = json.dumps(
     {
         "user": {},
         "history": {},
-        "newFacts": [{"content": "Uses vim", "category": "preference", "confidence": 0.9}],
+        "newFacts": [
+            {"content": "Uses vim", "category": "preference", "confidence": 0.9, **LABELS}
+        ],
     }
 )
 

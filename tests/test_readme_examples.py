@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
-from llm_server import ScriptedLLM
+from llm_server import LABELS, ScriptedLLM
 
 from memory_sql import MemoryService, open_storage
 
@@ -18,9 +18,11 @@ ROOT = Path(__file__).resolve().parent.parent
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 UPDATE = json.dumps(
     {
-        "user": {"workContext": {"summary": "Deploys web apps", "shouldUpdate": True}},
+        "user": {"workContext": {"summary": "Deploys web apps", "shouldUpdate": True, **LABELS}},
         "history": {},
-        "newFacts": [{"content": "Deploys with pnpm", "category": "preference", "confidence": 0.9}],
+        "newFacts": [
+            {"content": "Deploys with pnpm", "category": "preference", "confidence": 0.9, **LABELS}
+        ],
         "factsToRemove": [],
     }
 )

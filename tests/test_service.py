@@ -11,7 +11,7 @@ import time
 
 import pytest
 import sqlalchemy as sa
-from llm_server import llm_config
+from llm_server import LABELS, llm_config
 
 from memory_sql import MemoryConfig
 from memory_sql.database import create_engine
@@ -26,7 +26,7 @@ def learn(body: dict) -> str:
     prompt = body["messages"][-1]["content"]
     conversation = prompt.split("<conversation>")[1].split("</conversation>")[0]
     facts = [
-        {"content": f"Likes {thing}", "category": "preference", "confidence": 0.9}
+        {"content": f"Likes {thing}", "category": "preference", "confidence": 0.9, **LABELS}
         for thing in LIKES.findall(conversation)
     ]
     return json.dumps({"user": {}, "history": {}, "newFacts": facts, "factsToRemove": []})

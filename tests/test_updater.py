@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 from _workers import run_memory_update
 from conftest import assert_no_checked_out_connections
-from llm_server import MALFORMED_REPLIES, ScriptedLLM, llm_config, update_reply
+from llm_server import LABELS, MALFORMED_REPLIES, ScriptedLLM, llm_config, update_reply
 
 from memory_sql.config import MemoryConfig
 from memory_sql.errors import InvalidMessageError, InvalidScopeError
@@ -54,11 +54,21 @@ def _apply(memory: MemoryDocument, reply: dict, **config):
 
 
 def _reply(*, facts=(), remove=(), user=None, history=None) -> dict:
+    """A reply whose facts and sections all carry the labels the scope gate stores."""
     return {
-        "user": user or {},
-        "history": history or {},
-        "newFacts": [{"content": c, "confidence": conf, "category": cat} for c, conf, cat in facts],
+        "user": _labelled(user or {}),
+        "history": _labelled(history or {}),
+        "newFacts": [
+            {"content": c, "confidence": conf, "category": cat, **LABELS} for c, conf, cat in facts
+        ],
         "factsToRemove": list(remove),
+    }
+
+
+def _labelled(sections: dict) -> dict:
+    return {
+        name: {**LABELS, **section} if isinstance(section, dict) else section
+        for name, section in sections.items()
     }
 
 
@@ -156,6 +166,7 @@ def test_new_facts_are_stamped_with_thread_and_time():
                     "category": "Correction",
                     "confidence": 0.95,
                     "sourceError": "suggested npm",
+                    **LABELS,
                 }
             ]
         },
@@ -312,8 +323,8 @@ def test_update_from_a_conversation(store, scope, llm):
     _seed(store, scope)
     reply = update_reply(
         newFacts=[
-            {"content": "Prefers Python", "category": "preference", "confidence": 0.9},
-            {"content": "prefers tabs", "category": "preference", "confidence": 0.95},
+            {"content": "Prefers Python", "category": "preference", "confidence": 0.9, **LABELS},
+            {"content": "prefers tabs", "category": "preference", "confidence": 0.95, **LABELS},
         ],
         factsToRemove=["fact_seed2", "fact_unknown"],
     )
@@ -551,8 +562,8 @@ def test_two_processes_racing_on_one_scope_both_land(sql_target, scope, llm):
         return json.dumps(
             update_reply(
                 newFacts=[
-                    {"content": "Shared fact", "confidence": 0.9},
-                    {"content": f"Fact of worker {worker}", "confidence": 0.9},
+                    {"content": "Shared fact", "confidence": 0.9, **LABELS},
+                    {"content": f"Fact of worker {worker}", "confidence": 0.9, **LABELS},
                 ]
             )
         )
