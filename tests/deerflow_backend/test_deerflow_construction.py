@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from conftest import MANAGER_CLASS
 from deerflow.agents.memory.manager import (
     MemoryManager,
     NoopMemoryManager,
@@ -22,6 +21,8 @@ from deerflow.agents.memory.manager import (
 from memory_sql import ConfigError
 from memory_sql.integrations.deerflow import SQLMemoryManager
 from memory_sql.integrations.deerflow.config import read_backend_config
+
+from .conftest import MANAGER_CLASS
 
 ROOT = Path(__file__).resolve().parents[2]
 
