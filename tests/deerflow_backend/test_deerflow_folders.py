@@ -328,6 +328,18 @@ def test_both_layouts_in_one_folder(tmp_path: Path, sqlite_url: str) -> None:
             lambda root: write_json(root / "users" / "-dash" / "memory.json", june_memory()),
             "cannot be stored",
         ),
+        (
+            lambda root: write_json(
+                root / "users" / "alice" / "agents" / "CODER" / "memory.json", june_memory()
+            ),
+            "a second source of the memory of agent 'coder'",
+        ),
+        (
+            lambda root: write_fact_md(
+                root / "users" / "alice", "__default__", md_fact("fact_q", "alice", None), "x"
+            ),
+            "a second source of the memory of no agent",
+        ),
     ],
 )
 def test_a_corrupt_file_is_reported_and_nothing_is_written(

@@ -209,9 +209,8 @@ def _read_user(plan: FolderPlan, tenant: str, base: Path, folder_user: str | Non
             if bucket is None:
                 continue
             if bucket.agent in buckets:
-                plan.problems.append(
-                    Finding(folder, "a second source of the memory of no agent (memory.json)")
-                )
+                which = "of no agent" if bucket.agent is None else f"of agent {bucket.agent!r}"
+                plan.problems.append(Finding(folder, f"a second source of the memory {which}"))
                 continue
             buckets[bucket.agent] = bucket
     named = {user for bucket in buckets.values() for user in bucket.users}
