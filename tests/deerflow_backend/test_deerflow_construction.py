@@ -18,7 +18,7 @@ from deerflow.agents.memory.manager import (
     resolve_manager_class,
 )
 
-from memory_sql import ConfigError
+from memory_sql import ConfigError, SchemaOutOfDateError
 from memory_sql.integrations.deerflow import SQLMemoryManager
 from memory_sql.integrations.deerflow.config import read_backend_config
 
@@ -155,6 +155,8 @@ def test_direct_construction_works_without_host_hooks(tmp_path: Path, user: str)
     finally:
         manager.close()
         manager.close()  # twice is fine
+    with pytest.raises(ConfigError, match="unknown key 'bogus'"):
+        SQLMemoryManager(backend_config={"bogus": 1})
 
 
 def test_the_repr_shows_no_secret(make_manager: Any) -> None:
@@ -176,7 +178,7 @@ def test_a_postgresql_database_below_the_schema_head_is_refused(
     make_manager: Any, new_pg_database: Any
 ) -> None:
     url = new_pg_database().render_as_string(hide_password=False)
-    with pytest.raises(Exception, match="memory-sql db upgrade"):
+    with pytest.raises(SchemaOutOfDateError, match="memory-sql db upgrade"):
         make_manager({"url": url})
 
 
