@@ -10,7 +10,11 @@ The views are plain SQL over the tables and can be queried directly (see the REA
 - ``memory_report_largest``: tenant_id, user_id, agent_name, facts, sections (non-empty),
   version, updated_at — one row per memory;
 - ``memory_report_queue``: tenant_id, status (``pending``/``failed``), updates, oldest_due,
-  max_attempts, leased (claimed by a worker right now).
+  max_attempts, leased (claimed by a worker right now);
+- ``memory_report_llm_usage`` (revision 0007): tenant_id, day (UTC), model, calls,
+  prompt_tokens, completion_tokens, failures (calls whose update did not end ``ok``),
+  p50_latency_ms (the median, computed in the view's SQL the same way on both databases: the
+  middle call by latency, or the mean of the two middle ones).
 """
 
 from __future__ import annotations
@@ -77,6 +81,19 @@ queue_view = sa.Table(
     sa.Column("leased", sa.Integer),
 )
 
+llm_usage_view = sa.Table(
+    "memory_report_llm_usage",
+    _views,
+    sa.Column("tenant_id", sa.String),
+    sa.Column("day", sa.Date),
+    sa.Column("model", sa.String),
+    sa.Column("calls", sa.Integer),
+    sa.Column("prompt_tokens", sa.Integer),
+    sa.Column("completion_tokens", sa.Integer),
+    sa.Column("failures", sa.Integer),
+    sa.Column("p50_latency_ms", sa.Float),
+)
+
 BUCKETS = tuple(f"0.{i}-0.{i + 1}" for i in range(9)) + ("0.9-1.0",)
 
 
@@ -101,7 +118,12 @@ def build_report(
       added, updated and removed (zero included);
     - ``largest``: the ``largest`` memories by facts;
     - ``queue``: per status, waiting updates, the oldest due time, most attempts, leased now;
-    - ``totals``: facts, memories, pending and failed updates.
+    - ``llm_usage``: per UTC day of the last ``days`` and model, newest first, the memory
+      LLM's calls, prompt and completion tokens, failures and median latency (ms); only days
+      with calls. Across tenants (no ``tenant_id``) the median is the one of the tenant with
+      the most calls that day, as medians do not add up;
+    - ``totals``: facts, memories, pending and failed updates, LLM calls and tokens (over
+      ``days``).
 
     Raises:
         InvalidScopeError: ``tenant_id`` is malformed.
@@ -165,6 +187,13 @@ def build_report(
         .order_by(q.c.status)
     )
 
+    u = llm_usage_view
+    usage = (
+        sa.select(u)
+        .where(where(u), u.c.day >= start, u.c.day <= today)
+        .order_by(u.c.day.desc(), u.c.model, u.c.calls.desc(), u.c.tenant_id)
+    )
+
     with database_errors(engine, "report"), engine.connect() as conn:
         category_rows = conn.execute(categories).all()
         bucket_rows = dict(conn.execute(buckets).all())
@@ -172,6 +201,7 @@ def build_report(
         largest_rows = conn.execute(top).all()
         memory_count = conn.execute(memories).scalar_one()
         queue_rows = conn.execute(queue).all()
+        usage_rows = conn.execute(usage).all()
 
     report_categories = [
         {
@@ -204,6 +234,7 @@ def build_report(
         }
         for row in queue_rows
     }
+    report_usage = _usage(usage_rows)
     return {
         "tenant_id": tenant,
         "totals": {
@@ -211,6 +242,9 @@ def build_report(
             "memories": memory_count,
             "pending_updates": report_queue.get("pending", {}).get("updates", 0),
             "failed_updates": report_queue.get("failed", {}).get("updates", 0),
+            "llm_calls": sum(row["calls"] for row in report_usage),
+            "prompt_tokens": sum(row["prompt_tokens"] for row in report_usage),
+            "completion_tokens": sum(row["completion_tokens"] for row in report_usage),
         },
         "categories": report_categories,
         "confidence": [{"bucket": name, "facts": bucket_rows.get(name, 0)} for name in BUCKETS],
@@ -228,7 +262,34 @@ def build_report(
             for row in largest_rows
         ],
         "queue": report_queue,
+        "llm_usage": report_usage,
     }
+
+
+def _usage(rows: Any) -> list[dict[str, Any]]:
+    """The view's rows summed per (day, model); rows arrive busiest tenant first."""
+    merged: dict[tuple[Any, str], dict[str, Any]] = {}
+    for row in rows:
+        day = row.day if isinstance(row.day, date) else date.fromisoformat(str(row.day))
+        entry = merged.get((day, row.model))
+        if entry is None:
+            merged[(day, row.model)] = {
+                "day": day.isoformat(),
+                "model": row.model,
+                "calls": int(row.calls),
+                "prompt_tokens": int(row.prompt_tokens or 0),
+                "completion_tokens": int(row.completion_tokens or 0),
+                "failures": int(row.failures or 0),
+                "p50_latency_ms": float(row.p50_latency_ms)
+                if row.p50_latency_ms is not None
+                else None,
+            }
+            continue
+        entry["calls"] += int(row.calls)
+        entry["prompt_tokens"] += int(row.prompt_tokens or 0)
+        entry["completion_tokens"] += int(row.completion_tokens or 0)
+        entry["failures"] += int(row.failures or 0)
+    return list(merged.values())
 
 
 __all__ = ["BUCKETS", "build_report"]

@@ -233,3 +233,40 @@ memory_fact_events = Table(
     Index("ix_memory_fact_events_tenant_occurred_at", "tenant_id", "occurred_at"),
     comment="Append-only log of fact changes, written by each save, for reporting over time.",
 )
+
+LLM_CALL_OUTCOMES = ("ok", "llm_error", "invalid_reply", "save_failed", "conflicted")
+"""How an update that called the LLM ended: ``ok`` (saved, or nothing to change), the LLM call
+failing, its reply unusable, the save failing, or every save losing to another writer."""
+
+memory_llm_calls = Table(
+    "memory_llm_calls",
+    metadata,
+    Column("tenant_id", String(64), primary_key=True),
+    Column("user_id", String(128), primary_key=True),
+    Column("agent_name", String(64), primary_key=True),
+    Column("call_id", String(32), primary_key=True, comment="a random id (uuid4 hex)"),
+    Column("thread_id", String(256), nullable=False),
+    Column("model", String(256), nullable=False, comment="as the endpoint answered, else asked"),
+    Column("called_at", UTCDateTime, nullable=False),
+    Column("prompt_tokens", Integer, nullable=False),
+    Column("completion_tokens", Integer, nullable=False),
+    Column(
+        "tokens_counted",
+        Boolean,
+        nullable=False,
+        comment="true: counted by memory_sql (the endpoint reported no usage)",
+    ),
+    Column("latency_ms", Integer, nullable=False),
+    Column("outcome", String(16), nullable=False),
+    Column("error", Text, nullable=True),
+    CheckConstraint(
+        "outcome IN (" + ", ".join(f"'{name}'" for name in LLM_CALL_OUTCOMES) + ")",
+        name="outcome",
+    ),
+    CheckConstraint(
+        "prompt_tokens >= 0 AND completion_tokens >= 0 AND latency_ms >= 0", name="non_negative"
+    ),
+    Index("ix_memory_llm_calls_tenant_called_at", "tenant_id", "called_at"),
+    comment="One row per memory-LLM call of an update (failed ones too), for cost reporting; "
+    "no foreign key: usage outlives a deleted memory.",
+)

@@ -128,6 +128,7 @@ class MemoryService:
             )
         self._problems = 0
         self._problems_lock = threading.Lock()
+        self._llm_usage = {"llm_calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
         self._closed = False
         self._warned_no_model = False
         if start:
@@ -215,8 +216,9 @@ class MemoryService:
         anywhere), ``in_flight`` (running here), ``completed`` / ``failed_runs`` /
         ``postponed`` (runs here since start; postponed: lost to version conflicts, run again),
         ``spooled`` (conversations waiting here for the database), ``spool_dropped`` (spooled
-        conversations lost, the spool being full) and ``problems`` (hook calls that were logged
-        instead of raising).
+        conversations lost, the spool being full), ``problems`` (hook calls that were logged
+        instead of raising), and ``llm_calls`` / ``prompt_tokens`` / ``completion_tokens`` (the
+        memory LLM's calls here since start, failed ones too: the numbers of the usage rows).
 
         Raises:
             StorageError: the queue's database cannot be read.
@@ -233,6 +235,7 @@ class MemoryService:
             "spooled": len(self.spool),
             "spool_dropped": self.spool.dropped,
             "problems": self._problems,
+            **self._llm_usage,
         }
 
     # the queue, by hand ----------------------------------------------------------------------
@@ -374,6 +377,11 @@ class MemoryService:
                 )
             except LeaseLostError as exc:
                 return RunOutcome(False, str(exc), lease_lost=True)
+            if result.llm_called:
+                with self._problems_lock:
+                    self._llm_usage["llm_calls"] += 1
+                    self._llm_usage["prompt_tokens"] += result.prompt_tokens
+                    self._llm_usage["completion_tokens"] += result.completion_tokens
             if not result.ok:
                 if result.conflicted and single and result.reply is not None:
                     return RunOutcome(

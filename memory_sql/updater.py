@@ -37,13 +37,18 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
+import uuid
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
+
+import sqlalchemy as sa
 
 from .config import MemoryConfig
 from .errors import (
@@ -59,8 +64,10 @@ from .messages import Message
 from .models import Fact, MemoryDocument, Section, fact_key, utcnow
 from .pattern_files import load_patterns
 from .prompt import build_update_prompt
+from .schema import memory_llm_calls
 from .scope import Scope, check_thread_id
 from .storage.base import MemoryStorage
+from .tokens import make_token_counter
 from .update_parser import (
     AUTHORITIES,
     DURABILITIES,
@@ -406,9 +413,12 @@ class _Run:
             "agent_name": scope.agent_name,
             "tenant_id": scope.tenant_id,
         }
-        self.save_options = {} if in_transaction is None else {"in_transaction": in_transaction}
+        self.in_transaction = in_transaction
         self.tokens = (0, 0)
         self.llm_called = False
+        self.usage: _Usage | None = None
+        self.usage_written = False
+        self.usage_in_save = False
 
     def execute(
         self,
@@ -427,15 +437,31 @@ class _Run:
             memory, conversation, correction=correction, reinforcement=reinforcement
         )
         self.llm_called = True
+        started = time.monotonic()
         try:
             completion = self.llm.complete(prompt, schema=update_json_schema())
         except LLMError as exc:
-            return self.failed(str(exc))
-        self.tokens = (completion.prompt_tokens, completion.completion_tokens)
+            self.usage = _Usage(self.llm.model or "", 0, 0, False, _ms_since(started))
+            return self.failed(str(exc), outcome="llm_error")
+        counted = not completion.prompt_tokens and not completion.completion_tokens
+        if counted:  # the endpoint reported no usage: count the texts
+            counter = make_token_counter(
+                self.config.token_counting, self.config.tiktoken_encoding_file
+            )
+            tokens = (
+                sum(counter.count(message["content"]) for message in prompt),
+                counter.count(completion.text),
+            )
+        else:
+            tokens = (completion.prompt_tokens, completion.completion_tokens)
+        self.tokens = tokens
+        self.usage = _Usage(
+            completion.model or self.llm.model or "", *tokens, counted, _ms_since(started)
+        )
         try:
             update = parse_update(completion.text)
         except InvalidUpdateError as exc:
-            return self.failed(str(exc))
+            return self.failed(str(exc), outcome="invalid_reply")
         return self.save(memory, update)
 
     def save(self, memory: MemoryDocument, update: MemoryUpdate) -> UpdateResult:
@@ -448,9 +474,10 @@ class _Run:
                 self.log_details(changes)
                 return self.result(changes, memory.version, attempts)
             attempts += 1
+            self.usage_in_save = False
             try:
                 version = self.storage.save(
-                    doc, **self.where, expected_version=memory.version, **self.save_options
+                    doc, **self.where, expected_version=memory.version, **self.save_options()
                 )
             except VersionConflictError as exc:
                 if attempts >= MAX_SAVE_ATTEMPTS:
@@ -458,13 +485,22 @@ class _Run:
                         f"gave up after {attempts} version conflicts: {exc}",
                         attempts=attempts,
                         conflicted=update,
+                        outcome="conflicted",
                     )
                 logger.debug("memory %s: %s; applying the update again", self.scope, exc)
                 ceiling = CONFLICT_BACKOFF_SECONDS * 2 ** (attempts - 1)
                 time.sleep(random.uniform(0, min(ceiling, MAX_CONFLICT_BACKOFF_SECONDS)))
             except (StorageError, DuplicateFactError) as exc:
-                return self.failed(f"cannot save the memory: {exc}", attempts=attempts)
+                return self.failed(
+                    f"cannot save the memory: {exc}", attempts=attempts, outcome="save_failed"
+                )
+            except BaseException as exc:
+                # The caller's in_transaction raised (a lost lease …): the save and its usage
+                # row rolled back, but the call was made; count it before passing it on.
+                self.record("save_failed", " ".join(f"{type(exc).__name__}: {exc}".split()))
+                raise
             else:
+                self.usage_written = self.usage_in_save
                 self.log_details(changes)
                 logger.info(
                     "memory %s updated from thread %s: %d facts added, %d removed, "
@@ -482,9 +518,64 @@ class _Run:
             try:
                 memory = self.storage.load(**self.where)
             except StorageError as exc:
-                return self.failed(f"cannot load the memory: {exc}", attempts=attempts)
+                return self.failed(
+                    f"cannot load the memory: {exc}", attempts=attempts, outcome="save_failed"
+                )
+
+    def save_options(self) -> dict[str, Any]:
+        """The save's ``in_transaction``: the usage row of this run's LLM call, then the
+        caller's own writes, all committed with the save."""
+        if self.usage is None or not _keeps_usage(self.storage):
+            return {} if self.in_transaction is None else {"in_transaction": self.in_transaction}
+        outer = self.in_transaction
+
+        def write_with_the_save(connection: Any) -> None:
+            self.record_on(connection, "ok", None)
+            self.usage_in_save = True  # written once the save commits
+            if outer is not None:
+                outer(connection)
+
+        return {"in_transaction": write_with_the_save}
+
+    def record_on(self, connection: Any, outcome: str, error: str | None) -> None:
+        usage = self.usage
+        assert usage is not None
+        connection.execute(
+            memory_llm_calls.insert().values(
+                tenant_id=self.scope.tenant_id,
+                user_id=self.scope.user_id,
+                agent_name=self.scope.agent_name or "",  # "" for unnamed agents, as stored
+                call_id=uuid.uuid4().hex,
+                thread_id=self.thread_id,
+                model=usage.model[:256],
+                called_at=utcnow(),
+                prompt_tokens=usage.prompt_tokens,
+                completion_tokens=usage.completion_tokens,
+                tokens_counted=usage.counted,
+                latency_ms=usage.latency_ms,
+                outcome=outcome,
+                error=error,
+            )
+        )
+
+    def record(self, outcome: str, error: str | None = None) -> None:
+        """Write the usage row of this run's LLM call on its own (no save carried it)."""
+        if self.usage is None or self.usage_written or not _keeps_usage(self.storage):
+            return
+        engine = getattr(self.storage, "engine", None)
+        try:
+            with engine.begin() as connection:  # type: ignore[union-attr]
+                self.record_on(connection, outcome, error)
+            self.usage_written = True
+        except Exception as exc:  # accounting never fails an update
+            logger.warning(
+                "memory %s: cannot record the LLM call's usage: %s",
+                self.scope,
+                " ".join(str(exc).split())[:300],
+            )
 
     def result(self, changes: AppliedChanges, version: int, attempts: int) -> UpdateResult:
+        self.record("ok")
         return UpdateResult(
             ok=True,
             facts_added=changes.facts_added,
@@ -500,9 +591,15 @@ class _Run:
         )
 
     def failed(
-        self, error: str, *, attempts: int = 0, conflicted: MemoryUpdate | None = None
+        self,
+        error: str,
+        *,
+        attempts: int = 0,
+        conflicted: MemoryUpdate | None = None,
+        outcome: str = "save_failed",
     ) -> UpdateResult:
         error = " ".join(error.split())
+        self.record(outcome, error[:2000])
         logger.warning(
             "memory update of %s from thread %s failed: %s", self.scope, self.thread_id, error
         )
@@ -542,3 +639,46 @@ class _Run:
                 reason,
                 content,
             )
+
+
+@dataclass(frozen=True)
+class _Usage:
+    """What one LLM call cost."""
+
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    counted: bool
+    latency_ms: int
+
+
+_USAGE_TABLES: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+_USAGE_LOCK = threading.Lock()
+
+
+def _keeps_usage(storage: MemoryStorage) -> bool:
+    """Whether ``storage`` is a SQL database with the usage table (revision 0007 or later);
+    checked once per engine. Without it (files, an older schema) usage is not recorded."""
+    engine = getattr(storage, "engine", None)
+    if not isinstance(engine, sa.Engine):
+        return False
+    with _USAGE_LOCK:
+        known = _USAGE_TABLES.get(engine)
+    if known is None:
+        try:
+            known = sa.inspect(engine).has_table(memory_llm_calls.name)
+        except Exception:
+            return False
+        if not known:
+            logger.warning(
+                "memory_sql: the database has no %s table (upgrade it: memory-sql db upgrade); "
+                "LLM usage is not recorded",
+                memory_llm_calls.name,
+            )
+        with _USAGE_LOCK:
+            _USAGE_TABLES[engine] = known
+    return known
+
+
+def _ms_since(started: float) -> int:
+    return max(0, round((time.monotonic() - started) * 1000))

@@ -26,6 +26,7 @@ VIEWS = {
     "memory_report_activity",
     "memory_report_largest",
     "memory_report_queue",
+    "memory_report_llm_usage",
 }
 
 

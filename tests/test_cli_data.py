@@ -517,7 +517,16 @@ def test_report_numbers_match_the_seeded_database(url):
     add_pending(url, tenant, "u2", "t3", status="failed", attempts=5)
 
     data = json.loads(invoke("report", "--tenant", tenant, "--json", "--url", url))
-    assert data["totals"] == {"facts": 6, "memories": 3, "pending_updates": 2, "failed_updates": 1}
+    assert data["totals"] == {
+        "facts": 6,
+        "memories": 3,
+        "pending_updates": 2,
+        "failed_updates": 1,
+        "llm_calls": 0,
+        "prompt_tokens": 0,
+        "completion_tokens": 0,
+    }
+    assert data["llm_usage"] == []
     categories = {row["category"]: row for row in data["categories"]}
     assert [row["category"] for row in data["categories"]] == ["preference", "context", "knowledge"]
     assert categories["preference"]["facts"] == 3

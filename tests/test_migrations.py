@@ -17,6 +17,7 @@ TABLES = {
     "memory_facts",
     "memory_pending_updates",
     "memory_fact_events",
+    "memory_llm_calls",
 }
 
 

@@ -31,7 +31,7 @@ def report(
     url: UrlOption = None,
     config: ConfigOption = None,
 ) -> None:
-    """Show facts per category, confidence, activity, largest memories and the queue.
+    """Show facts per category, confidence, activity, largest memories, the queue and LLM usage.
 
     Everything comes from the reporting views (see the README for querying them directly).
 
@@ -144,3 +144,26 @@ def _print_report(data: dict[str, Any]) -> None:
             str(row["leased"]),
         )
     out.print(queue)
+
+    usage = Table(
+        title=f"Memory LLM usage, last {plural(len(data['activity']), 'day')}",
+        title_justify="left",
+    )
+    for name in ("day (UTC)", "model", "calls", "prompt tokens", "completion tokens"):
+        usage.add_column(name, justify="left" if name in ("day (UTC)", "model") else "right")
+    usage.add_column("failed", justify="right")
+    usage.add_column("p50 latency", justify="right")
+    for row in data["llm_usage"]:
+        p50 = row["p50_latency_ms"]
+        usage.add_row(
+            row["day"],
+            lit(row["model"]),
+            str(row["calls"]),
+            f"{row['prompt_tokens']:,}",
+            f"{row['completion_tokens']:,}",
+            Text(str(row["failures"]), style="red" if row["failures"] else ""),
+            "" if p50 is None else f"{p50:,.0f} ms",
+        )
+    if not data["llm_usage"]:
+        usage.add_row("", "(no calls)", "0", "0", "0", "0", "")
+    out.print(usage)
