@@ -192,6 +192,10 @@ def test_without_model_settings_the_hosts_chat_model_is_the_memory_llm(
     assert callbacks.calls[0]["model_name"] == "host-default-model"
     assert (callbacks.calls[0]["thread_id"], callbacks.calls[0]["trace_id"]) == ("t-4", "tr-4")
     assert callbacks.results[0]["response"].content[0]["type"] == "text"
+    # the adapter's token counts reach the usage accounting
+    usage = manager.status()
+    assert usage["llm_calls"] == 1 and usage["prompt_tokens"] > 0
+    assert usage["completion_tokens"] > 0
 
 
 def test_model_settings_win_over_the_hosts_model(
