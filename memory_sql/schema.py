@@ -270,3 +270,22 @@ memory_llm_calls = Table(
     comment="One row per memory-LLM call of an update (failed ones too), for cost reporting; "
     "no foreign key: usage outlives a deleted memory.",
 )
+
+memory_watermarks = Table(
+    "memory_watermarks",
+    metadata,
+    Column("tenant_id", String(64), primary_key=True),
+    Column("user_id", String(128), primary_key=True),
+    Column("agent_name", String(64), primary_key=True),
+    Column("thread_id", String(256), primary_key=True),
+    Column(
+        "message_key",
+        String(64),
+        nullable=False,
+        comment="the last message learned from: id:<message id> or sha256:<role and text>",
+    ),
+    Column("position", Integer, nullable=False, comment="its index in the conversation"),
+    Column("updated_at", UTCDateTime, nullable=False),
+    comment="Per thread, the last message a successful memory update learned from; only "
+    "later messages go to the memory LLM.",
+)

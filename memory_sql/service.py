@@ -30,7 +30,7 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from . import migrations
+from . import migrations, watermark
 from .config import MemoryConfig
 from .database import check_writable, create_engine
 from .errors import LeaseLostError
@@ -129,6 +129,7 @@ class MemoryService:
         self._problems = 0
         self._problems_lock = threading.Lock()
         self._llm_usage = {"llm_calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
+        self._has_watermarks: bool | None = None
         self._closed = False
         self._warned_no_model = False
         if start:
@@ -350,19 +351,35 @@ class MemoryService:
             return False
 
     def _run(self, item: PendingUpdate) -> RunOutcome:
+        # Only what follows the thread's watermark is new (memory_sql.watermark); the last
+        # exchange before it goes along as marked context.
+        cut = self._cut(item)
+        messages = cut.new if cut is not None else item.messages
+        context = cut.context if cut is not None else ()
+        # A flush whose messages do not hold the watermark (they come before it, or it was
+        # never set) is sent whole; it moves the watermark only when it was not past it.
+        mark = None if cut is None else cut.last
+        if cut is not None and item.kind == "flush" and cut.whole and cut.previous is not None:
+            mark = None
         # A turn's oldest messages were learned from in earlier runs; a flush's were not, so a
         # flush too long for one prompt is learned from part by part.
-        parts = split_conversation(item.messages) if item.kind == "flush" else [item.messages]
+        parts = split_conversation(messages) if item.kind == "flush" else [messages]
+        parts = parts or [[]]
         single = len(parts) == 1
         completed = False
+        moved = False
 
         def complete_with_the_save(connection: Any) -> None:
-            nonlocal completed
+            nonlocal completed, moved
+            if mark is not None:
+                watermark.move_on(connection, item.scope, item.thread_id, mark)
+                moved = True
             self.queue.complete_on(connection, item)
             completed = True
 
         for number, part in enumerate(parts, 1):
             last = number == len(parts)
+            moved = False
             try:
                 result = self.updater.update_from(
                     part,
@@ -374,6 +391,7 @@ class MemoryService:
                     in_transaction=complete_with_the_save
                     if last and self._completes_in_save
                     else None,
+                    context=context if number == 1 else (),
                 )
             except LeaseLostError as exc:
                 return RunOutcome(False, str(exc), lease_lost=True)
@@ -388,7 +406,43 @@ class MemoryService:
                         False, result.error, retry_reply=result.reply.model_dump_json()
                     )
                 return RunOutcome(False, result.error)
+        if mark is not None and not moved:
+            # Nothing was saved (nothing new, or nothing to change): move it on its own.
+            try:
+                watermark.move(self.queue.engine, item.scope, item.thread_id, mark)
+            except Exception as exc:
+                logger.warning(
+                    "memory %s, thread %s: cannot move the watermark: %s",
+                    item.scope,
+                    item.thread_id,
+                    " ".join(str(exc).split())[:300],
+                )
         return RunOutcome(True, completed=completed)
+
+    def _cut(self, item: PendingUpdate) -> watermark.Cut | None:
+        """``item``'s conversation cut at its thread's watermark; None when the queue's
+        database has no watermarks (an older schema) or cannot be read (all is sent)."""
+        if self._has_watermarks is False:
+            return None
+        try:
+            if self._has_watermarks is None:
+                self._has_watermarks = watermark.has_table(self.queue.engine)
+                if not self._has_watermarks:
+                    logger.warning(
+                        "memory_sql: the database has no memory_watermarks table (upgrade it: "
+                        "memory-sql db upgrade); every update sends the whole conversation"
+                    )
+                    return None
+            previous = watermark.load(self.queue.engine, item.scope, item.thread_id)
+        except Exception as exc:
+            logger.warning(
+                "memory %s, thread %s: cannot read the watermark (%s); sending it all",
+                item.scope,
+                item.thread_id,
+                " ".join(str(exc).split())[:300],
+            )
+            return None
+        return watermark.split(item.messages, previous, self.counter)
 
     def _warn_if_no_model(self) -> None:
         """Say once, when updates are about to run, that there is no model to run them."""

@@ -375,6 +375,7 @@ class MemoryUpdater:
         reinforcement_detected: bool = False,
         reply: MemoryUpdate | None = None,
         in_transaction: Callable[[Any], object] | None = None,
+        context: Sequence[Message] = (),
     ) -> UpdateResult:
         """:meth:`update_memory` of a conversation already filtered (as the queue holds it),
         for a checked ``scope`` and ``thread_id``.
@@ -384,13 +385,17 @@ class MemoryUpdater:
         mode. ``reply``, when given, is applied instead of asking the LLM (a reply an earlier
         run parsed, then lost to version conflicts). ``in_transaction`` goes to the save
         (:meth:`SQLStorage.save <memory_sql.storage.SQLStorage.save>`), to commit other
-        writes with it; it is not called when the update changes nothing.
+        writes with it; it is not called when the update changes nothing. ``context`` is the
+        already-learned exchange before ``conversation`` (the watermark's), shown to the LLM
+        marked as such, never learned from.
         """
         if not any(message.role == "user" for message in conversation):
             logger.debug("memory %s, thread %s: nothing to learn from", scope, thread_id)
             return UpdateResult(ok=True)
         run = _Run(self, scope, thread_id, in_transaction)
-        return run.execute(conversation, correction_detected, reinforcement_detected, reply)
+        return run.execute(
+            conversation, correction_detected, reinforcement_detected, reply, context
+        )
 
 
 class _Run:
@@ -426,6 +431,7 @@ class _Run:
         correction: bool,
         reinforcement: bool,
         reply: MemoryUpdate | None,
+        context: Sequence[Message] = (),
     ) -> UpdateResult:
         try:
             memory = self.storage.load(**self.where)
@@ -434,7 +440,11 @@ class _Run:
         if reply is not None:
             return self.save(memory, reply)
         prompt = build_update_prompt(
-            memory, conversation, correction=correction, reinforcement=reinforcement
+            memory,
+            conversation,
+            correction=correction,
+            reinforcement=reinforcement,
+            context=context,
         )
         self.llm_called = True
         started = time.monotonic()

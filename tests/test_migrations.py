@@ -18,6 +18,7 @@ TABLES = {
     "memory_pending_updates",
     "memory_fact_events",
     "memory_llm_calls",
+    "memory_watermarks",
 }
 
 
