@@ -5,9 +5,12 @@ only with a successful update, and a conversation that lost its watermark messag
 from __future__ import annotations
 
 import json
+import multiprocessing
 import re
 
+import pytest
 import sqlalchemy as sa
+from _workers import run_service_until_idle
 from llm_server import ScriptedLLM, llm_config
 
 from memory_sql import MemoryService
@@ -203,3 +206,32 @@ def test_split_by_id_and_by_digest():
     assert [m.text for m in cut.new] == ["yo"]
     assert split(messages, Mark("id:gone", 0), counter).whole
     assert split(messages, None, counter).whole
+
+
+def _queue(url: str, llm: ScriptedLLM, messages: list[dict]) -> None:
+    config = llm_config(llm, storage=url, debounce_seconds=0)
+    with MemoryService(config, start=False) as service:
+        assert service.after_agent(messages, thread_id="tp", user_id="u1")
+
+
+def _worker_process(context, url: str, llm: ScriptedLLM) -> None:
+    results = context.Queue()
+    worker = context.Process(target=run_service_until_idle, args=(url, llm.base_url, {}, results))
+    worker.start()
+    results.get(timeout=90)
+    worker.join(30)
+    assert worker.exitcode == 0
+
+
+@pytest.mark.slow
+def test_two_worker_processes_share_the_watermark(sqlite_url, llm):
+    context = multiprocessing.get_context("spawn")
+    llm.responder = lambda body: EMPTY
+    _queue(sqlite_url, llm, conversation(4))
+    _worker_process(context, sqlite_url, llm)
+    _queue(sqlite_url, llm, conversation(6))
+    _worker_process(context, sqlite_url, llm)
+    assert len(llm.requests) == 2
+    first, second = (_sections(body)[0] for body in llm.requests)
+    assert [int(n) for n in TURN.findall(first)] == [1, 2, 3, 4]
+    assert [int(n) for n in TURN.findall(second)] == [5, 6]

@@ -149,10 +149,11 @@ def _print_report(data: dict[str, Any]) -> None:
         title=f"Memory LLM usage, last {plural(len(data['activity']), 'day')}",
         title_justify="left",
     )
-    for name in ("day (UTC)", "model", "calls", "prompt tokens", "completion tokens"):
-        usage.add_column(name, justify="left" if name in ("day (UTC)", "model") else "right")
-    usage.add_column("failed", justify="right")
-    usage.add_column("p50 latency", justify="right")
+    # Short headings: seven columns fit 80 characters with a day and a model name whole.
+    usage.add_column("day (UTC)", no_wrap=True)
+    usage.add_column("model", overflow="fold")
+    for name in ("calls", "prompt tok", "compl. tok", "failed", "p50 ms"):
+        usage.add_column(name, justify="right", no_wrap=True)
     for row in data["llm_usage"]:
         p50 = row["p50_latency_ms"]
         usage.add_row(
@@ -162,7 +163,7 @@ def _print_report(data: dict[str, Any]) -> None:
             f"{row['prompt_tokens']:,}",
             f"{row['completion_tokens']:,}",
             Text(str(row["failures"]), style="red" if row["failures"] else ""),
-            "" if p50 is None else f"{p50:,.0f} ms",
+            "" if p50 is None else f"{p50:,.0f}",
         )
     if not data["llm_usage"]:
         usage.add_row("", "(no calls)", "0", "0", "0", "0", "")
