@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import signal
+import threading
 import time
 from collections import Counter
 
@@ -177,9 +178,17 @@ def test_the_worker_command_waits_for_a_database_that_is_down_at_start(private_p
 def test_sigterm_during_the_wait_for_the_database_exits_cleanly(private_pg, memory_url, llm):
     private_pg.stop()
     worker = start_worker(memory_url, llm)
-    time.sleep(2)
+    seen: list[str] = []
+    reader = threading.Thread(target=lambda: seen.extend(iter(worker.stdout.readline, "")))
+    reader.start()
+    # SIGTERM once it waits for the database (before that, Python has no handler installed)
+    assert wait_for(lambda: any("database unavailable" in line for line in seen), timeout=60)
     worker.send_signal(signal.SIGTERM)
-    code, took, output = stop(worker, signalled=True)
+    started = time.monotonic()
+    code = worker.wait(15)
+    took = time.monotonic() - started
+    reader.join(5)
+    output = "".join(seen)
     assert code == 0, output
     assert took < 10
     assert "stopped before starting" in output
