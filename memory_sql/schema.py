@@ -181,9 +181,7 @@ Index(
 memory_pending_updates = Table(
     "memory_pending_updates",
     metadata,
-    Column("tenant_id", String(64), primary_key=True),
-    Column("user_id", String(128), primary_key=True),
-    Column("agent_name", String(64), primary_key=True),
+    *_scope_columns(),
     Column("thread_id", String(256), primary_key=True),
     Column(
         "kind",
@@ -220,9 +218,7 @@ memory_pending_updates = Table(
 memory_fact_events = Table(
     "memory_fact_events",
     metadata,
-    Column("tenant_id", String(64), primary_key=True),
-    Column("user_id", String(128), primary_key=True),
-    Column("agent_name", String(64), primary_key=True),
+    *_scope_columns(),
     Column("version", Integer, primary_key=True, comment="the memory version the save made"),
     Column("fact_id", String(64), primary_key=True),
     Column("event", String(8), nullable=False),
@@ -241,9 +237,7 @@ failing, its reply unusable, the save failing, or every save losing to another w
 memory_llm_calls = Table(
     "memory_llm_calls",
     metadata,
-    Column("tenant_id", String(64), primary_key=True),
-    Column("user_id", String(128), primary_key=True),
-    Column("agent_name", String(64), primary_key=True),
+    *_scope_columns(),
     Column("call_id", String(32), primary_key=True, comment="a random id (uuid4 hex)"),
     Column("thread_id", String(256), nullable=False),
     Column("model", String(256), nullable=False, comment="as the endpoint answered, else asked"),
@@ -274,9 +268,7 @@ memory_llm_calls = Table(
 memory_watermarks = Table(
     "memory_watermarks",
     metadata,
-    Column("tenant_id", String(64), primary_key=True),
-    Column("user_id", String(128), primary_key=True),
-    Column("agent_name", String(64), primary_key=True),
+    *_scope_columns(),
     Column("thread_id", String(256), primary_key=True),
     Column(
         "message_key",
