@@ -78,6 +78,13 @@ def pg_url(new_pg_database: Callable[[], URL]) -> str:
 
 
 @pytest.fixture
+def own_pg_url(new_pg_database: Callable[[], URL]) -> str:
+    """A PostgreSQL database of this test's own, at the schema head: for tests whose flush or
+    whole-database operation must meet no other test's rows."""
+    return _migrated(new_pg_database())
+
+
+@pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
     return _migrated(f"sqlite:///{tmp_path / 'memory.db'}")
 

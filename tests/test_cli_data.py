@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 from typer.testing import CliRunner
 
-from memory_sql import Fact, migrations, open_storage
+from memory_sql import Fact, open_storage
 from memory_sql.cli import app
 from memory_sql.database import create_engine
 
@@ -46,15 +46,7 @@ def url(request: pytest.FixtureRequest) -> str:
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def fresh_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A migrated database of this test's own (whole-database export needs one)."""
-    if request.param == "sqlite":
-        return request.getfixturevalue("sqlite_url")
-    created = request.getfixturevalue("new_pg_database")()
-    engine = create_engine(created)
-    try:
-        migrations.upgrade(engine)
-    finally:
-        engine.dispose()
-    return created.render_as_string(hide_password=False)
+    return request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "own_pg_url")
 
 
 def unique(prefix: str) -> str:

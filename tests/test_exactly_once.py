@@ -33,7 +33,7 @@ from _workers import run_service_killed_at, run_service_until_idle
 from llm_server import LABELS
 from test_service import chat
 
-from memory_sql import MemoryConfig, migrations
+from memory_sql import MemoryConfig
 from memory_sql.database import create_engine
 from memory_sql.schema import memory_pending_updates as pending
 from memory_sql.service import QUEUE_FILE, MemoryService
@@ -49,15 +49,7 @@ SURVIVOR = {"workers": 1, "lease_seconds": LEASE_SECONDS, "llm_timeout_seconds":
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def own_db(request: pytest.FixtureRequest) -> str:
     """A database of this test's own, at the schema head: its queue holds only this test's row."""
-    if request.param == "sqlite":
-        return request.getfixturevalue("sqlite_url")
-    url = request.getfixturevalue("new_pg_database")()
-    engine = create_engine(url)
-    try:
-        migrations.upgrade(engine)
-    finally:
-        engine.dispose()
-    return url.render_as_string(hide_password=False)
+    return request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "own_pg_url")
 
 
 class TeaPerCall:

@@ -119,11 +119,8 @@ def test_a_worker_outlives_a_restart_and_a_long_outage_and_loses_nothing(
     assert "answers again" in output
 
 
-def test_one_busy_user_is_updated_one_run_at_a_time_by_two_processes(new_pg_database, llm):
-    url = new_pg_database().render_as_string(hide_password=False)
-    engine = create_engine(url)
-    migrations.upgrade(engine)
-    engine.dispose()
+def test_one_busy_user_is_updated_one_run_at_a_time_by_two_processes(own_pg_url, llm):
+    url = own_pg_url
     keys = 1000
     config = llm_config(llm, storage=url, debounce_seconds=0)
     with MemoryService(config, start=False) as service:

@@ -30,18 +30,7 @@ def database(request: pytest.FixtureRequest) -> str:
 def own_database(request: pytest.FixtureRequest) -> str:
     """A migrated database of this test's own: ``flush`` (and so ``shutdown_flush``) runs
     every pending update of the database, so tests that flush share no queue."""
-    if request.param == "sqlite":
-        return request.getfixturevalue("sqlite_url")
-    from memory_sql import migrations
-    from memory_sql.database import create_engine
-
-    url = request.getfixturevalue("new_pg_database")()
-    engine = create_engine(url)
-    try:
-        migrations.upgrade(engine)
-    finally:
-        engine.dispose()
-    return url.render_as_string(hide_password=False)
+    return request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "own_pg_url")
 
 
 @pytest.fixture
