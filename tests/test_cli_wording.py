@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import typer.main
+from test_cli_help import command_paths
 from typer.testing import CliRunner
 
 from memory_sql import migrations, open_storage
@@ -28,21 +29,6 @@ CLEAN_ENV: dict[str, str | None] = {
 runner = CliRunner(env=CLEAN_ENV)
 wide = CliRunner(env={**CLEAN_ENV, "COLUMNS": "200", "TERMINAL_WIDTH": "200"})
 REFUSED = "postgresql+psycopg://postgres@127.0.0.1:1/nothing_listens_here"
-
-
-def command_paths() -> list[tuple[str, ...]]:
-    found: list[tuple[str, ...]] = []
-
-    def walk(command: object, path: tuple[str, ...]) -> None:
-        children = getattr(command, "commands", None)
-        if children is None:
-            found.append(path)
-            return
-        for name, child in sorted(children.items()):
-            walk(child, (*path, name))
-
-    walk(typer.main.get_command(app), ())
-    return found
 
 
 def _command(path: tuple[str, ...]):
