@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,langchain]'
+	$(BIN)/pip install --quiet -e '.[dev,langchain,server]'
 	touch $@
 
 demo: $(VENV)/.installed  ## store and show a sample memory on the embedded SQLite default
@@ -23,7 +23,7 @@ lint: $(VENV)/.installed
 
 # The benchmarks' peers (LangGraph's PostgresStore and SqliteStore) come with the `bench` extra.
 $(VENV)/.bench-installed: $(VENV)/.installed pyproject.toml
-	$(BIN)/pip install --quiet -e '.[dev,langchain,bench]'
+	$(BIN)/pip install --quiet -e '.[dev,langchain,server,bench]'
 	touch $@
 
 bench: $(VENV)/.bench-installed  ## side-by-side benchmarks; they print ratios

@@ -224,6 +224,14 @@ def _record(row: Any) -> FactRecord:
 # facts of one memory ---------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class FactChange:
+    """A fact as a change left it, and the memory's version after the change."""
+
+    fact: Fact
+    version: int
+
+
 def add_fact(
     storage: MemoryStorage,
     content: str,
@@ -234,13 +242,14 @@ def add_fact(
     user_id: str | None = None,
     agent_name: str | None = None,
     tenant_id: str | None = None,
-) -> Fact:
-    """Add one fact to a memory and return it as built (with its new id).
+    expected_version: int | None = None,
+) -> FactChange:
+    """Add one fact to a memory; returns it as built (with its new id) and the version saved.
 
     Raises:
         DuplicateFactError: the memory has a fact with the same casefold key.
         ValueError: the content, category or confidence is invalid (one line, naming it).
-        InvalidScopeError, StorageError, VersionConflictError (after retrying).
+        InvalidScopeError, StorageError, VersionConflictError (see :func:`update_fact`).
     """
     scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=tenant_id)
     try:
@@ -258,8 +267,55 @@ def add_fact(
             raise DuplicateFactError(str(scope), fact.content)
         doc.facts.append(fact)
 
-    _modify(storage, scope, change)
-    return fact
+    return FactChange(fact, _modify(storage, scope, change, expected_version))
+
+
+def update_fact(
+    storage: MemoryStorage,
+    fact_id: str,
+    *,
+    user_id: str | None = None,
+    agent_name: str | None = None,
+    tenant_id: str | None = None,
+    expected_version: int | None = None,
+    **changes: Any,
+) -> FactChange:
+    """Change fields of the fact ``fact_id`` (``content``, ``category``, ``confidence``,
+    ``source_thread_id``, ``source_error``); returns the fact as stored and the version saved.
+
+    Without ``expected_version`` a save that loses to another writer is retried on the
+    memory as it now is; with it, the memory must still be at that version (else
+    :class:`VersionConflictError`, nothing changed).
+
+    Raises:
+        FactNotFoundError: the memory has no such fact.
+        DuplicateFactError: the new content is another fact's (casefold).
+        ValueError: a field is unknown or its value invalid (one line, naming it).
+        InvalidScopeError, StorageError, VersionConflictError.
+    """
+    unknown = set(changes) - _EDITABLE
+    if unknown:
+        raise ValueError(f"facts have no editable field {', '.join(sorted(unknown))}")
+    scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=tenant_id)
+    changed: list[Fact] = []
+
+    def change(doc: MemoryDocument) -> None:
+        for index, existing in enumerate(doc.facts):
+            if existing.id == fact_id:
+                try:
+                    fact = existing.replace(**changes)
+                except ValidationError as exc:
+                    raise ValueError(f"invalid fact: {describe_validation_error(exc)}") from None
+                doc.facts[index] = fact
+                changed[:] = [fact]
+                return
+        raise FactNotFoundError(str(scope), fact_id)
+
+    version = _modify(storage, scope, change, expected_version)
+    return FactChange(changed[0], version)
+
+
+_EDITABLE = frozenset({"content", "category", "confidence", "source_thread_id", "source_error"})
 
 
 def remove_fact(
@@ -269,12 +325,13 @@ def remove_fact(
     user_id: str | None = None,
     agent_name: str | None = None,
     tenant_id: str | None = None,
-) -> Fact:
-    """Remove the fact ``fact_id`` from a memory and return it.
+    expected_version: int | None = None,
+) -> FactChange:
+    """Remove the fact ``fact_id`` from a memory; returns it and the version saved.
 
     Raises:
         FactNotFoundError: the memory has no such fact.
-        InvalidScopeError, StorageError, VersionConflictError (after retrying).
+        InvalidScopeError, StorageError, VersionConflictError (see :func:`update_fact`).
     """
     scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=tenant_id)
     removed: list[Fact] = []
@@ -286,8 +343,8 @@ def remove_fact(
         removed[:] = [f for f in doc.facts if f.id == fact_id]
         doc.facts = kept
 
-    _modify(storage, scope, change)
-    return removed[0]
+    version = _modify(storage, scope, change, expected_version)
+    return FactChange(removed[0], version)
 
 
 # export and import -----------------------------------------------------------------------------
@@ -333,6 +390,7 @@ def import_memory(
     agent_name: str | None = None,
     tenant_id: str | None = None,
     source: str = "memory.json",
+    expected_version: int | None = None,
 ) -> tuple[int, int]:
     """Make one memory hold what ``data`` (DeerFlow's ``memory.json``, parsed or as text) holds.
 
@@ -341,7 +399,7 @@ def import_memory(
     Raises:
         ImportFileError: ``data`` is not a valid memory.json (naming ``source`` and, for bad
             JSON, the line); nothing was written.
-        InvalidScopeError, StorageError, VersionConflictError (after retrying).
+        InvalidScopeError, StorageError, VersionConflictError (see :func:`update_fact`).
     """
     scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=tenant_id)
     if isinstance(data, (str, bytes)):
@@ -352,7 +410,7 @@ def import_memory(
         except UnicodeDecodeError as exc:
             raise ImportFileError(source, None, f"not UTF-8 text: {exc.reason}") from None
     memory = parse_memory(data, source=source, line=None)
-    return _replace(storage, scope, memory)
+    return _replace(storage, scope, memory, expected_version)
 
 
 def parse_memory(
@@ -386,8 +444,11 @@ def parse_memory(
 _LINE_KEYS = frozenset({"tenant_id", "user_id", "agent_name", "memory"})
 
 
-def read_jsonl(content: bytes | str, *, source: str = "<input>") -> list[ScopedMemory]:
-    """Parse and validate a whole JSON Lines export; blank lines are skipped.
+def read_jsonl(
+    content: bytes | str, *, source: str = "<input>", tenant_id: str | None = None
+) -> list[ScopedMemory]:
+    """Parse and validate a whole JSON Lines export; blank lines are skipped. A line without
+    ``tenant_id`` is of ``tenant_id`` (default ``"default"``).
 
     Raises:
         ImportFileError: the first malformed line (bad JSON or UTF-8, a missing or unknown key,
@@ -424,7 +485,7 @@ def read_jsonl(content: bytes | str, *, source: str = "<input>") -> list[ScopedM
             scope = Scope.of(
                 user_id=data["user_id"],
                 agent_name=data.get("agent_name"),
-                tenant_id=data.get("tenant_id"),
+                tenant_id=data.get("tenant_id", tenant_id),
             )
         except ValueError as exc:
             raise ImportFileError(source, number, str(exc)) from None
@@ -449,11 +510,17 @@ def import_jsonl(engine: Engine, content: bytes | str, *, source: str = "<input>
         StorageError, VersionConflictError (after retrying).
     """
     memories = read_jsonl(content, source=source)
-    changed = 0
     with SQLStorage(engine, cache_scopes=0) as storage:
-        for item in memories:
-            before, after = _replace(storage, item.scope, item.memory)
-            changed += before != after
+        return import_scoped(storage, memories)
+
+
+def import_scoped(storage: MemoryStorage, memories: list[ScopedMemory]) -> ImportResult:
+    """Make each memory of ``memories`` (from :func:`read_jsonl`) hold what it holds, each
+    saved on its own (see :func:`import_jsonl`)."""
+    changed = 0
+    for item in memories:
+        before, after = _replace(storage, item.scope, item.memory)
+        changed += before != after
     return ImportResult(memories=len(memories), changed=changed)
 
 
@@ -464,7 +531,17 @@ _SCOPE_KEYS = sa.select(
 
 def export_jsonl(engine: Engine, out: IO[str], *, tenant_id: str | None = None) -> int:
     """Write every memory of ``tenant_id`` (None: of the whole database) to ``out`` as JSON
-    Lines, ordered by tenant, user and agent, and return how many were written.
+    Lines (:func:`iter_jsonl`), and return how many were written."""
+    written = 0
+    for line in iter_jsonl(engine, tenant_id=tenant_id):
+        out.write(line + "\n")
+        written += 1
+    return written
+
+
+def iter_jsonl(engine: Engine, *, tenant_id: str | None = None) -> Iterator[str]:
+    """Every memory of ``tenant_id`` (None: of the whole database) as a JSON Lines line
+    (without its newline), ordered by tenant, user and agent, read one at a time.
 
     Each memory is read consistently on its own; memories saved while the export runs may be
     exported before or after the change.
@@ -475,7 +552,6 @@ def export_jsonl(engine: Engine, out: IO[str], *, tenant_id: str | None = None) 
         statement = statement.where(memory_scopes.c.tenant_id == tenant)
     with database_errors(engine, "export"), engine.connect() as conn:
         keys = conn.execute(statement).all()
-    written = 0
     with SQLStorage(engine, cache_scopes=0) as storage:
         for tenant, user, agent in keys:
             doc = storage.load(user_id=user, agent_name=agent or None, tenant_id=tenant)
@@ -487,9 +563,7 @@ def export_jsonl(engine: Engine, out: IO[str], *, tenant_id: str | None = None) 
                 "agent_name": agent or None,
                 "memory": doc.to_deerflow(),
             }
-            out.write(json.dumps(line, ensure_ascii=False) + "\n")
-            written += 1
-    return written
+            yield json.dumps(line, ensure_ascii=False)
 
 
 # helpers ---------------------------------------------------------------------------------------
@@ -515,26 +589,40 @@ def _kind(value: object) -> str:
     )
 
 
-def _modify(storage: MemoryStorage, scope: Scope, change: Callable[[MemoryDocument], Any]) -> int:
-    """Load, ``change`` in place, save with the version loaded; retried on a version conflict.
-    Returns the version saved (the one loaded when ``change`` changed nothing)."""
+def _modify(
+    storage: MemoryStorage,
+    scope: Scope,
+    change: Callable[[MemoryDocument], Any],
+    expected_version: int | None = None,
+) -> int:
+    """Load, ``change`` in place, save with the version loaded; retried on a version conflict,
+    unless ``expected_version`` is given: then the memory must be at it, and a conflict is
+    raised at once. Returns the version saved (the one loaded when nothing changed)."""
     kwargs = {
         "user_id": scope.user_id,
         "agent_name": scope.agent_name,
         "tenant_id": scope.tenant_id,
     }
-    for attempt in range(1, SAVE_ATTEMPTS + 1):
+    attempts = SAVE_ATTEMPTS if expected_version is None else 1
+    for attempt in range(1, attempts + 1):
         doc = storage.load(**kwargs)
+        if expected_version is not None and doc.version != expected_version:
+            raise VersionConflictError(str(scope), expected_version, doc.version)
         change(doc)
         try:
             return storage.save(doc, **kwargs, expected_version=doc.version)
         except VersionConflictError:
-            if attempt == SAVE_ATTEMPTS:
+            if attempt == attempts:
                 raise
     raise AssertionError("unreachable")
 
 
-def _replace(storage: MemoryStorage, scope: Scope, memory: MemoryDocument) -> tuple[int, int]:
+def _replace(
+    storage: MemoryStorage,
+    scope: Scope,
+    memory: MemoryDocument,
+    expected_version: int | None = None,
+) -> tuple[int, int]:
     """Make ``scope`` hold ``memory``'s sections and facts; (version before, version after)."""
     before: list[int] = []
 
@@ -550,7 +638,7 @@ def _replace(storage: MemoryStorage, scope: Scope, memory: MemoryDocument) -> tu
             setattr(group, name, section.model_copy())
         doc.facts = _match_stored_ids(memory.facts, doc.facts)
 
-    after = _modify(storage, scope, change)
+    after = _modify(storage, scope, change, expected_version)
     return before[0], after
 
 
@@ -579,6 +667,7 @@ def _write(engine: Engine) -> Iterator[sa.Connection]:
 
 
 __all__ = [
+    "FactChange",
     "FactRecord",
     "ImportResult",
     "ScopedMemory",
@@ -588,8 +677,11 @@ __all__ = [
     "forget_user",
     "import_jsonl",
     "import_memory",
+    "import_scoped",
+    "iter_jsonl",
     "parse_memory",
     "read_jsonl",
     "remove_fact",
     "search_facts",
+    "update_fact",
 ]

@@ -88,6 +88,9 @@ _NUMBER_FIELDS = (
     "llm_timeout_seconds",
     "llm_max_retries",
     "llm_temperature",
+    "server_max_body_bytes",
+    "server_max_messages",
+    "server_max_message_chars",
 )
 _OPTIONAL_TEXT_FIELDS = (
     "model_name",
@@ -135,6 +138,10 @@ class MemoryConfig(BaseModel):
     section updates the LLM labels user-scoped, durable and descriptive;
     ``scope_gate_allow_unlabeled`` (default false) stores those without labels too, as
     before the gate (for models that leave them out).
+
+    The HTTP service (``memory-sql serve``) refuses, with 413 naming the limit, a request body
+    over ``server_max_body_bytes``, a conversation of more than ``server_max_messages``
+    messages, and a message of more than ``server_max_message_chars`` characters.
     """
 
     # protected_namespaces=(): the seed's key ``model_name`` is no pydantic method (pydantic
@@ -177,6 +184,9 @@ class MemoryConfig(BaseModel):
     auto_migrate: bool = False
     llm_structured_output: Literal["auto", "json_schema", "json_object", "off"] = "auto"
     scope_gate_allow_unlabeled: bool = False
+    server_max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, le=1024**3)
+    server_max_messages: int = Field(1000, ge=2, le=1_000_000)
+    server_max_message_chars: int = Field(100_000, ge=100, le=100_000_000)
 
     def __init__(self, **data: Any) -> None:
         """Build from keyword arguments (no environment); :class:`ConfigError` if invalid.

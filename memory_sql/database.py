@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import URL, Engine, make_url
 
+from . import tenancy
 from .errors import StorageError
 
 logger = logging.getLogger(__name__)
@@ -53,6 +54,7 @@ def create_engine(
     url: str | URL | None = None,
     *,
     statement_timeout: float | None = STATEMENT_TIMEOUT_SECONDS,
+    tenant_default: str = tenancy.ALL_TENANTS,
     **kwargs: Any,
 ) -> Engine:
     """A SQLAlchemy engine for ``url`` (see :func:`resolve_url`).
@@ -69,6 +71,10 @@ def create_engine(
     connection give up after :data:`CONNECT_TIMEOUT_SECONDS`, and on PostgreSQL a statement
     after ``statement_timeout`` seconds (a lock wait after a third of it); ``None`` lifts the
     statement limit, as schema migrations of large tables need.
+
+    PostgreSQL connections carry the tenant that row-level security lets them see
+    (:mod:`memory_sql.tenancy`): the one acted for, else ``tenant_default`` (every tenant, for
+    the library and the CLI; :data:`~memory_sql.tenancy.NO_TENANT` for the HTTP service).
     """
     parsed = resolve_url(url)
     if parsed.get_backend_name() == "sqlite":
@@ -88,7 +94,9 @@ def create_engine(
             f" -c lock_timeout={int(statement_timeout * 1000 / 3)}"
         )
     connect_args["options"] = f"{connect_args.get('options', '')} {options}".strip()
-    return sa.create_engine(parsed, **kwargs)
+    engine = sa.create_engine(parsed, **kwargs)
+    tenancy.guard_engine(engine, default=tenant_default)
+    return engine
 
 
 def _configure_sqlite(engine: Engine) -> None:
@@ -190,12 +198,19 @@ def _shown(url: URL) -> str:
 def check_writable(engine: Engine) -> None:
     """Raise a :class:`StorageError` saying what is wrong unless the database takes writes.
 
-    The probe rewrites the migration stamp to itself and rolls back: nothing changes."""
+    The probe writes nothing and rolls back: on SQLite it rewrites the migration stamp to
+    itself; on PostgreSQL, whose read-only transactions refuse any UPDATE before looking for
+    rows, it updates no row of the queue (a role the service runs as may update the queue,
+    not the stamp)."""
+    sqlite = engine.dialect.name == "sqlite"
     with database_errors(engine, "memory_sql needs to write"), engine.connect() as conn:
-        options = {"sqlite_begin": "IMMEDIATE"} if engine.dialect.name == "sqlite" else {}
-        conn = conn.execution_options(**options)
+        conn = conn.execution_options(**({"sqlite_begin": "IMMEDIATE"} if sqlite else {}))
         with conn.begin() as transaction:
-            conn.exec_driver_sql("UPDATE alembic_version SET version_num = version_num")
+            conn.exec_driver_sql(
+                "UPDATE alembic_version SET version_num = version_num"
+                if sqlite
+                else "UPDATE memory_pending_updates SET attempts = attempts WHERE false"
+            )
             transaction.rollback()
 
 

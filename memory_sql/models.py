@@ -15,7 +15,7 @@ import re
 import unicodedata
 import uuid
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import (
     AliasChoices,
@@ -285,6 +285,7 @@ class Fact(_Model):
 
 
 _FACT_FIELDS = frozenset(Fact.model_fields)
+_M = TypeVar("_M", bound=BaseModel)
 _new_object = object.__new__
 _set_attribute = object.__setattr__
 
@@ -324,6 +325,17 @@ def trusted_fact(
     return fact
 
 
+def _copied(model: _M, **values: Any) -> _M:
+    """A shallow copy of ``model`` (with ``values`` in place of some fields), valid as it is
+    and so not validated again: what ``model_copy`` does, at a third of its cost."""
+    copy = _new_object(type(model))
+    _set_attribute(copy, "__dict__", {**model.__dict__, **values})
+    _set_attribute(copy, "__pydantic_fields_set__", set(model.__pydantic_fields_set__))
+    _set_attribute(copy, "__pydantic_extra__", None)
+    _set_attribute(copy, "__pydantic_private__", None)
+    return copy
+
+
 class MemoryDocument(_Model):
     """Everything one scope remembers, plus the storage ``version`` it was loaded at.
 
@@ -349,17 +361,16 @@ class MemoryDocument(_Model):
 
     def clone(self) -> MemoryDocument:
         """A copy that shares nothing mutable with this one, much cheaper than a deep copy:
-        facts are immutable, so the copy has a new list of the same facts."""
-        return MemoryDocument.model_construct(
-            user=UserContext.model_construct(
-                **{name: getattr(self.user, name).model_copy() for name in USER_SECTIONS}
-            ),
-            history=History.model_construct(
-                **{name: getattr(self.history, name).model_copy() for name in HISTORY_SECTIONS}
+        facts are immutable, so the copy has a new list of the same facts (and new
+        sections, the only other mutable parts)."""
+        user, history = self.user, self.history
+        return _copied(
+            self,
+            user=_copied(user, **{name: _copied(getattr(user, name)) for name in USER_SECTIONS}),
+            history=_copied(
+                history, **{name: _copied(getattr(history, name)) for name in HISTORY_SECTIONS}
             ),
             facts=list(self.facts),
-            version=self.version,
-            last_updated=self.last_updated,
         )
 
     def sections(self) -> dict[str, Section]:

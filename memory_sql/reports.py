@@ -292,4 +292,7 @@ def _usage(rows: Any) -> list[dict[str, Any]]:
     return list(merged.values())
 
 
-__all__ = ["BUCKETS", "build_report"]
+VIEW_NAMES = tuple(sorted(_views.tables))
+"""Every reporting view (what a read-only role needs SELECT on)."""
+
+__all__ = ["BUCKETS", "VIEW_NAMES", "build_report"]

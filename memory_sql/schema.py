@@ -281,3 +281,31 @@ memory_watermarks = Table(
     comment="Per thread, the last message a successful memory update learned from; only "
     "later messages go to the memory LLM.",
 )
+
+API_KEY_ROLES = ("read", "write", "admin")
+"""What an HTTP service key may do: ``read`` memories, also ``write`` them, or ``admin`` (also
+forget users and manage the queue; an admin key of the operator tenant may act for any)."""
+
+memory_api_keys = Table(
+    "memory_api_keys",
+    metadata,
+    Column("key_id", String(32), primary_key=True, comment="the public part of the key"),
+    Column("tenant_id", String(64), nullable=False, comment="the tenant every request acts for"),
+    Column("role", String(8), nullable=False),
+    Column(
+        "secret_sha256",
+        String(64),
+        nullable=False,
+        comment="hex SHA-256 of the secret part; the secret itself is never stored",
+    ),
+    Column("description", Text, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("last_used_at", UTCDateTime, nullable=True, comment="to the minute"),
+    Column("revoked_at", UTCDateTime, nullable=True),
+    CheckConstraint(
+        "role IN (" + ", ".join(f"'{name}'" for name in API_KEY_ROLES) + ")", name="role"
+    ),
+    Index("ix_memory_api_keys_tenant_id", "tenant_id"),
+    comment="Keys of the HTTP service, each bound to one tenant; read before the tenant is "
+    "known, so not under row-level security.",
+)

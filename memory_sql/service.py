@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -45,9 +45,10 @@ from .queue.manage import QueueChange, QueuedUpdate, UpdateKey
 from .scope import Scope, check_thread_id
 from .signals import detect_signals
 from .storage import FileStorage, MemoryStorage, SQLStorage, load_storage_class
+from .tenancy import acting_for
 from .tokens import make_token_counter
 from .update_parser import MemoryUpdate
-from .updater import MemoryUpdater
+from .updater import MemoryUpdater, UpdateResult
 
 logger = logging.getLogger(__name__)
 
@@ -126,6 +127,8 @@ class MemoryService:
                 self.config.lease_seconds,
                 worst_llm_call,
             )
+        self.on_result: Callable[[UpdateResult], None] | None = None
+        """Called with every update's result, in the worker's thread (the service's metrics)."""
         self._problems = 0
         self._problems_lock = threading.Lock()
         self._llm_usage = {"llm_calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
@@ -169,6 +172,36 @@ class MemoryService:
     ) -> bool:
         """Queue messages that summarization is about to drop, due now. Never raises."""
         return self._enqueue(messages, thread_id, user_id, agent_name, tenant_id, immediate=True)
+
+    def queue_conversation(
+        self,
+        messages: Iterable[Any],
+        *,
+        thread_id: str,
+        user_id: str | None = None,
+        agent_name: str | None = None,
+        tenant_id: str | None = None,
+        immediate: bool = False,
+    ) -> bool:
+        """What :meth:`after_agent` (``immediate``: :meth:`before_summarization`) does, for a
+        caller that wants bad input raised rather than logged (the HTTP service).
+
+        Returns True if the conversation was queued or spooled, False if memory is off or the
+        filtered conversation has no user and assistant turn to learn from.
+
+        Raises:
+            InvalidScopeError: a name or ``thread_id`` is malformed.
+            InvalidMessageError: a message is malformed or its text is not valid Unicode.
+        """
+        if not self.config.enabled:
+            return False
+        scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=tenant_id)
+        check_thread_id(thread_id)
+        filtered = filter_messages_for_memory(messages, patterns=self._patterns)
+        if not has_minimum_dialogue(filtered):
+            return False
+        signals = detect_signals(filtered, patterns=self._patterns)
+        return self.spool.add(scope, thread_id, filtered, signals, immediate=immediate)
 
     def memory_context(
         self,
@@ -334,16 +367,15 @@ class MemoryService:
         *,
         immediate: bool,
     ) -> bool:
-        if not self.config.enabled:
-            return False
         try:
-            scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=tenant_id)
-            check_thread_id(thread_id)
-            filtered = filter_messages_for_memory(messages, patterns=self._patterns)
-            if not has_minimum_dialogue(filtered):
-                return False
-            signals = detect_signals(filtered, patterns=self._patterns)
-            return self.spool.add(scope, thread_id, filtered, signals, immediate=immediate)
+            return self.queue_conversation(
+                messages,
+                thread_id=thread_id,
+                user_id=user_id,
+                agent_name=agent_name,
+                tenant_id=tenant_id,
+                immediate=immediate,
+            )
         except Exception:
             self._problem(
                 "memory_sql: cannot queue thread %r of user %r for memory", thread_id, user_id
@@ -351,6 +383,10 @@ class MemoryService:
             return False
 
     def _run(self, item: PendingUpdate) -> RunOutcome:
+        with acting_for(item.scope.tenant_id):
+            return self._run_for_tenant(item)
+
+    def _run_for_tenant(self, item: PendingUpdate) -> RunOutcome:
         # Only what follows the thread's watermark is new (memory_sql.watermark); the last
         # exchange before it goes along as marked context.
         cut = self._cut(item)
@@ -395,6 +431,8 @@ class MemoryService:
                 )
             except LeaseLostError as exc:
                 return RunOutcome(False, str(exc), lease_lost=True)
+            if self.on_result is not None:
+                self.on_result(result)
             if result.llm_called:
                 with self._problems_lock:
                     self._llm_usage["llm_calls"] += 1

@@ -102,6 +102,7 @@ class UpdateResult:
     ``conflicted`` marks a run that failed because every save lost to another writer; its
     ``reply`` is the parsed LLM reply, to apply again later without asking the LLM.
     ``rejected`` counts, by reason, the facts and sections the scope gate kept out.
+    ``llm_seconds`` is how long the LLM call took (0 when it was not called).
     """
 
     ok: bool
@@ -118,6 +119,7 @@ class UpdateResult:
     conflicted: bool = False
     reply: MemoryUpdate | None = None
     rejected: dict[str, int] = field(default_factory=dict)
+    llm_seconds: float = 0.0
 
     @property
     def changed(self) -> bool:
@@ -598,6 +600,7 @@ class _Run:
             attempts=attempts,
             llm_called=self.llm_called,
             rejected=dict(Counter(reason for _, _, reason in changes.gated)),
+            llm_seconds=self.llm_seconds,
         )
 
     def failed(
@@ -622,7 +625,12 @@ class _Run:
             llm_called=self.llm_called,
             conflicted=conflicted is not None,
             reply=conflicted,
+            llm_seconds=self.llm_seconds,
         )
+
+    @property
+    def llm_seconds(self) -> float:
+        return self.usage.latency_ms / 1000 if self.usage is not None else 0.0
 
     def log_details(self, changes: AppliedChanges) -> None:
         for kind, text, reason in changes.gated:

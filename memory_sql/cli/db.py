@@ -91,3 +91,35 @@ def db_check(url: UrlOption = None) -> None:
         highlight=False,
         soft_wrap=True,
     )
+
+
+@command(db_app, "grant")
+def db_grant(
+    role: Annotated[
+        str, typer.Option("--role", help="The role the HTTP service connects as.")
+    ] = "memory_app",
+    apply: Annotated[
+        bool, typer.Option("--apply", help="Run the statements (else print them).")
+    ] = False,
+    url: UrlOption = None,
+) -> None:
+    """Print (or --apply) the privileges the HTTP service's role needs on PostgreSQL.
+
+    The role must exist, own nothing, and be no superuser (row-level security
+    does not hold those): CREATE ROLE memory_app LOGIN PASSWORD '…' first.
+
+    Example:
+        memory-sql db grant --role memory_app --apply --url postgresql://postgres@127.0.0.1/memory
+    """
+    from ..server.grants import apply_grants, grant_statements
+
+    engine = create_engine(database_url(url, create=False), statement_timeout=None)
+    try:
+        migrations.ensure_at_head(engine)
+        statements = apply_grants(engine, role) if apply else grant_statements(engine, role)
+    finally:
+        engine.dispose()
+    for statement in statements:
+        typer.echo(statement + ";")
+    if apply:
+        out.print(f"granted to {lit(role)}", highlight=False)

@@ -74,7 +74,7 @@ def facts_add(
             user_id=user,
             agent_name=agent,
             tenant_id=tenant,
-        )
+        ).fact
     scope = Scope.of(user_id=user, agent_name=agent, tenant_id=tenant)
     if as_json:
         print_json(FactRecord(scope.tenant_id, scope.user_id, scope.agent_name, fact).to_dict())
@@ -99,7 +99,9 @@ def facts_remove(
         memory-sql facts remove --user alice fact_3f2a9c41d7e0
     """
     with sql_storage(url, config) as storage:
-        fact = admin.remove_fact(storage, fact_id, user_id=user, agent_name=agent, tenant_id=tenant)
+        fact = admin.remove_fact(
+            storage, fact_id, user_id=user, agent_name=agent, tenant_id=tenant
+        ).fact
     scope = Scope.of(user_id=user, agent_name=agent, tenant_id=tenant)
     out.print(
         f"removed {lit(fact.id)} from {lit(scope)}: {lit(fact.content)}",

@@ -227,10 +227,32 @@ def list_updates(
     return [_queued(row, now) for row in rows]
 
 
+def count_updates(engine: Engine, *, tenant_id: str | None = None) -> dict[str, int]:
+    """Rows ``pending`` (waiting or running), ``failed`` and ``leased`` (running now), of
+    ``tenant_id`` (None: of every tenant)."""
+    now = utcnow()
+    leased = sa.and_(pending.c.lease_until.is_not(None), pending.c.lease_until >= now)
+    query = sa.select(
+        sa.func.count().filter(pending.c.status == "pending"),
+        sa.func.count().filter(pending.c.status == "failed"),
+        sa.func.count().filter(leased),
+    )
+    if tenant_id is not None:
+        query = query.where(pending.c.tenant_id == Scope.of(tenant_id=tenant_id).tenant_id)
+    with database_errors(engine, "reading the update queue"), engine.connect() as conn:
+        row = conn.execute(query).one()
+    return {"pending": row[0], "failed": row[1], "leased": row[2]}
+
+
 def retry_updates(
-    engine: Engine, keys: Iterable[str | UpdateKey] | None = None, *, now: datetime | None = None
+    engine: Engine,
+    keys: Iterable[str | UpdateKey] | None = None,
+    *,
+    tenant_id: str | None = None,
+    now: datetime | None = None,
 ) -> QueueChange:
-    """Make the rows ``keys`` name — every ``failed`` row if ``keys`` is None — run again:
+    """Make the rows ``keys`` name — every ``failed`` row (of ``tenant_id``, if given) if
+    ``keys`` is None — run again:
     ``pending``, ``attempts`` 0, no last error, due now. A row that is waiting (say, for its
     back-off after a failed attempt) is made due now the same way.
 
@@ -251,6 +273,7 @@ def retry_updates(
     return _change(
         engine,
         keys,
+        tenant_id,
         now,
         "retrying updates",
         lambda where: sa.update(pending).where(where).values(**values),
@@ -258,10 +281,14 @@ def retry_updates(
 
 
 def drop_updates(
-    engine: Engine, keys: Iterable[str | UpdateKey] | None = None, *, now: datetime | None = None
+    engine: Engine,
+    keys: Iterable[str | UpdateKey] | None = None,
+    *,
+    tenant_id: str | None = None,
+    now: datetime | None = None,
 ) -> QueueChange:
-    """Delete the rows ``keys`` name — every ``failed`` row if ``keys`` is None. Their
-    conversations are not learned from.
+    """Delete the rows ``keys`` name — every ``failed`` row (of ``tenant_id``, if given) if
+    ``keys`` is None. Their conversations are not learned from.
 
     Raises:
         ValueError: a key is malformed.
@@ -270,19 +297,28 @@ def drop_updates(
     """
     now = now or utcnow()
     return _change(
-        engine, keys, now, "dropping updates", lambda where: sa.delete(pending).where(where)
+        engine,
+        keys,
+        tenant_id,
+        now,
+        "dropping updates",
+        lambda where: sa.delete(pending).where(where),
     )
 
 
 def _change(
     engine: Engine,
     keys: Iterable[str | UpdateKey] | None,
+    tenant_id: str | None,
     now: datetime,
     what: str,
     statement: Any,
 ) -> QueueChange:
     if keys is None:
         selected: sa.ColumnElement[bool] = pending.c.status == "failed"
+        if tenant_id is not None:
+            tenant = Scope.of(tenant_id=tenant_id).tenant_id
+            selected = sa.and_(selected, pending.c.tenant_id == tenant)
         parsed: Sequence[UpdateKey] = ()
     else:
         parsed = [UpdateKey.of(key) for key in keys]

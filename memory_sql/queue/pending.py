@@ -55,6 +55,7 @@ from ..models import utcnow
 from ..schema import memory_pending_updates as pending
 from ..scope import Scope
 from ..signals import Signals
+from ..tenancy import ALL_TENANTS, acting_for
 
 MAX_BACKOFF_SECONDS = 3600.0
 _MEMORY = (pending.c.tenant_id, pending.c.user_id, pending.c.agent_name)
@@ -516,6 +517,18 @@ class UpdateQueue:
             ).one()
         return {"pending": row[0], "failed": row[1], "leased": row[2], "due": row[3]}
 
+    @reconnecting
+    def oldest_pending_seconds(self, *, now: datetime | None = None) -> float:
+        """How long ago the oldest pending row was first queued; 0 when none is."""
+        now = now or utcnow()
+        with self._connection() as conn:
+            oldest = conn.execute(
+                sa.select(sa.func.min(pending.c.first_enqueued_at)).where(
+                    pending.c.status == "pending"
+                )
+            ).scalar()
+        return max((now - oldest).total_seconds(), 0.0) if oldest is not None else 0.0
+
     # plumbing --------------------------------------------------------------------------------
 
     def _for_update(self, query: sa.Select[Any]) -> sa.Select[Any]:
@@ -525,17 +538,23 @@ class UpdateQueue:
         dialect = postgresql if self._postgres else sqlite
         return dialect.insert(pending).on_conflict_do_nothing()
 
+    # The queue serves every tenant: its own connections see all of them (memory_sql.tenancy).
+
     @contextmanager
     def _transaction(self) -> Iterator[Connection]:
         options = {} if self._postgres else {"sqlite_begin": "IMMEDIATE"}
-        with database_errors(self.engine, "update queue"):
+        with database_errors(self.engine, "update queue"), acting_for(ALL_TENANTS):
             connection = self.engine.connect().execution_options(**options)
             with connection as conn, conn.begin():
                 yield conn
 
     @contextmanager
     def _connection(self) -> Iterator[Connection]:
-        with database_errors(self.engine, "update queue"), self.engine.connect() as conn:
+        with (
+            database_errors(self.engine, "update queue"),
+            acting_for(ALL_TENANTS),
+            self.engine.connect() as conn,
+        ):
             yield conn
 
 

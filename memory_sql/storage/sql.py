@@ -6,7 +6,7 @@ import functools
 import hashlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 import sqlalchemy as sa
@@ -138,17 +138,28 @@ def _insert_ignoring_conflict(dialect: str) -> Any:
     return sqlite.insert(memory_scopes).on_conflict_do_nothing()
 
 
-def _document(rows: Any, version: int, last_updated: Any) -> MemoryDocument:
-    """A document from the rows of :data:`_SELECT_DOCUMENT`."""
+def _document(
+    rows: Any,
+    version: int,
+    last_updated: Any,
+    time: Callable[[Any], datetime | None] | None = None,
+) -> MemoryDocument:
+    """A document from the rows of :data:`_SELECT_DOCUMENT`: SQLAlchemy's rows, or the
+    driver's tuples with ``time`` turning their timestamps into UTC ``datetime``s."""
     doc = MemoryDocument(version=version, last_updated=last_updated)
     facts = []
     for row in rows:
-        fact = row[4:]
-        if row.kind == "s":
+        if row[3] == "s":
+            fact = row[4:]
             group = doc.user if hasattr(doc.user, fact[0]) else doc.history
-            setattr(group, fact[0], Section(summary=fact[1], updated_at=fact[6]))
-        elif fact[0] is not None:
-            facts.append(trusted_fact(*fact))
+            updated_at = fact[6] if time is None else time(fact[6])
+            setattr(group, fact[0], Section(summary=fact[1], updated_at=updated_at))
+        elif row[4] is None:
+            continue
+        elif time is None:
+            facts.append(trusted_fact(*row[4:]))
+        else:
+            facts.append(trusted_fact(*row[4:10], time(row[10]), time(row[11])))
     # Sorted here, not by ORDER BY, which can lure a planner onto a tenant-wide time index.
     doc.facts = sort_facts(facts)
     return doc
@@ -311,6 +322,36 @@ def _event_rows(
     ]
 
 
+class _Fallback(Exception):
+    """The driver's fast path could not answer; SQLAlchemy's path does the work instead."""
+
+
+def _driver_statement(statement: sa.Executable, dialect: sa.Dialect) -> tuple[str, dict]:
+    """``statement`` compiled once for the driver itself: its text, with named parameters
+    (``%(name)s`` for psycopg, ``:name`` for sqlite3), and its fixed parameters."""
+    if dialect.name == "sqlite":
+        dialect = type(dialect)(paramstyle="named")
+    compiled = statement.compile(dialect=dialect)
+    return compiled.string, dict(compiled.params)
+
+
+def _sqlite_time(value: Any) -> datetime | None:
+    """A timestamp as SQLAlchemy keeps it in SQLite (ISO text, UTC, no zone), as UTCDateTime
+    reads it back."""
+    if value is None:
+        return None
+    moment = datetime.fromisoformat(value)
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=timezone.utc)
+    return moment.astimezone(timezone.utc)
+
+
+def _pg_time(value: Any) -> datetime | None:
+    if value is None or value.tzinfo is timezone.utc:
+        return value
+    return value.astimezone(timezone.utc)
+
+
 class SQLStorage(MemoryStorage):
     """:class:`MemoryStorage` on PostgreSQL or SQLite.
 
@@ -339,6 +380,11 @@ class SQLStorage(MemoryStorage):
         self._postgres = self.engine.dialect.name == "postgresql"
         self._write_options = {} if self._postgres else {"sqlite_begin": "IMMEDIATE"}
         self._cache = DocumentCache(cache_scopes)
+        dialect = self.engine.dialect
+        self._driver_error: type[Exception] = dialect.loaded_dbapi.Error
+        self._head_sql = _driver_statement(_SELECT_HEAD, dialect)
+        self._document_sql = _driver_statement(_SELECT_DOCUMENT, dialect)
+        self._time = _pg_time if self._postgres else _sqlite_time
 
     def __repr__(self) -> str:
         return f"SQLStorage({redacted(self.engine.url)!r})"
@@ -352,6 +398,12 @@ class SQLStorage(MemoryStorage):
 
     @reconnecting
     def _load(self, scope: Scope) -> MemoryDocument:
+        if self._unobserved():
+            try:
+                with self._errors(scope):  # a connection not to be had is reported now
+                    return self._load_by_driver(scope, self._cache.latest(scope))
+            except _Fallback:
+                pass
         # Autocommit: each read is one round trip, with no BEGIN before it nor ROLLBACK after.
         with self._errors(scope), self._reader() as conn:
             entry = self._cache.latest(scope)
@@ -366,6 +418,40 @@ class SQLStorage(MemoryStorage):
         first = rows[0]
         doc = _document(rows, first.version, first.scope_updated_at)
         self._cache.put(scope, (first.version, first.scope_created_at), doc)
+        return doc.clone()
+
+    def _load_by_driver(
+        self, scope: Scope, entry: tuple[Any, MemoryDocument] | None
+    ) -> MemoryDocument:
+        """:meth:`_load` through the driver itself, the same statements without SQLAlchemy's
+        per-call work (which is most of a cached load's time). Raises :class:`_Fallback` on
+        any error, having changed nothing: SQLAlchemy's path then reads, and reports."""
+        time = self._time
+        with self._driver() as dbapi:
+            if entry is not None:  # one primary-key read tells whether it is still current
+                sql, fixed = self._head_sql
+                head = dbapi.execute(sql, {**fixed, **_scope_params(scope)}).fetchone()
+                try:
+                    current = head is not None and (head[0], time(head[1])) == entry[0]
+                except (ValueError, TypeError, AttributeError) as exc:
+                    raise _Fallback from exc
+                if current:
+                    return entry[1].clone()
+            sql, fixed = self._document_sql
+            rows = dbapi.execute(sql, {**fixed, **_scope_params(scope)}).fetchall()
+        try:
+            if not rows:
+                self._cache.drop(scope)
+                return MemoryDocument()
+            first = rows[0]
+            version, created_at, updated_at = first[0], time(first[1]), time(first[2])
+            # One session time zone for the whole result: UTC (as memory_sql's engines set
+            # it) needs no conversion; SQLite's text always does.
+            converts = not self._postgres or created_at is not first[1]
+            doc = _document(rows, version, updated_at, time if converts else None)
+        except (ValueError, TypeError, AttributeError, IndexError) as exc:
+            raise _Fallback from exc
+        self._cache.put(scope, (version, created_at), doc)
         return doc.clone()
 
     def _read_rows(
@@ -451,8 +537,13 @@ class SQLStorage(MemoryStorage):
         parameters = _one_statement_parameters(scope, changes, expected_version, created_at, now)
         writes = tuple(name for name in _WRITES if parameters[_WRITES_NEED[name]])
         statement = _one_statement_sql(expected_version == 0, writes)
-        with self._errors(scope, doc), self._reader() as conn:
-            won = conn.exec_driver_sql(statement, parameters).first()
+        with self._errors(scope, doc):
+            if self._unobserved():
+                with self._driver(raising=True) as dbapi:
+                    won = dbapi.execute(statement, parameters).fetchone()
+            else:
+                with self._reader() as conn:
+                    won = conn.exec_driver_sql(statement, parameters).first()
         if won is None:  # another version, or another scope's incarnation: nothing written
             self._cache.drop(scope)
             return None  # the transactional path tells a conflict from a stale cache entry
@@ -548,6 +639,49 @@ class SQLStorage(MemoryStorage):
                 )
 
     # cache and errors ------------------------------------------------------------------------
+
+    def _unobserved(self) -> bool:
+        """Whether statements may bypass SQLAlchemy: nobody listens to its statement events
+        (tests, tracing instrumentation) nor has it echo them."""
+        dispatch = self.engine.dispatch
+        return not (
+            dispatch.before_cursor_execute or dispatch.after_cursor_execute or self.engine.echo
+        )
+
+    @contextmanager
+    def _driver(self, *, raising: bool = False) -> Iterator[Any]:
+        """A pooled connection of the driver itself (checked out through the pool, so its
+        checkout hooks run), in autocommit for its statements. A driver error raises
+        :class:`_Fallback` or, with ``raising``, SQLAlchemy's wrapper of it; a connection
+        found dead is discarded."""
+        fairy = self.engine.raw_connection()
+        try:
+            dbapi = fairy.driver_connection
+            try:
+                if self._postgres:
+                    dbapi.autocommit = True
+                try:
+                    yield dbapi
+                finally:
+                    if self._postgres:
+                        dbapi.autocommit = False
+            except self._driver_error as exc:
+                dialect = self.engine.dialect
+                dead = dialect.is_disconnect(exc, fairy.dbapi_connection, None)
+                if dead:
+                    fairy.invalidate(exc)
+                if not raising:
+                    raise _Fallback from exc
+                raise sa_exc.DBAPIError.instance(
+                    None,
+                    None,
+                    exc,
+                    self._driver_error,
+                    connection_invalidated=dead,
+                    dialect=dialect,
+                ) from exc
+        finally:
+            fairy.close()
 
     def _reader(self) -> Connection:
         return self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")

@@ -1,0 +1,96 @@
+"""What happened to a memory's facts, from ``memory_fact_events`` (one row per fact a save
+added, updated or removed): a fact's history and a memory's change log, newest first, paged by
+a cursor.
+
+Events keep a fact's category and confidence at each change, not its text: the text of a
+removed fact is gone with it (forgetting means forgetting). Events are ordered by version
+(newest first), then fact id; a page ends with the cursor of its last event
+(``"<version>:<fact id>"``), which the next page starts after.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from .database import database_errors
+from .models import format_timestamp
+from .schema import memory_fact_events as events
+from .scope import Scope
+
+_COLUMNS = (
+    events.c.version,
+    events.c.fact_id,
+    events.c.event,
+    events.c.category,
+    events.c.confidence,
+    events.c.occurred_at,
+)
+
+
+def change_log(
+    engine: Engine,
+    scope: Scope,
+    *,
+    fact_id: str | None = None,
+    after: str | None = None,
+    limit: int = 100,
+) -> tuple[list[dict[str, Any]], str | None]:
+    """The events of ``scope``'s memory (only of ``fact_id`` if given), newest first: each
+    ``version``, ``fact_id``, ``event`` (added, updated, removed), ``category``,
+    ``confidence`` and ``occurred_at``; at most ``limit``, those after the cursor ``after``.
+    Returns them and the cursor of the next page (None: this was the last).
+
+    Raises:
+        ValueError: ``limit`` below 1, or a malformed cursor.
+        StorageError: the database failed.
+    """
+    if limit < 1:
+        raise ValueError(f"limit must be at least 1, not {limit}")
+    statement = (
+        sa.select(*_COLUMNS)
+        .where(
+            events.c.tenant_id == scope.tenant_id,
+            events.c.user_id == scope.user_id,
+            events.c.agent_name == scope.agent_key,
+        )
+        .order_by(events.c.version.desc(), events.c.fact_id)
+        .limit(limit + 1)
+    )
+    if fact_id is not None:
+        statement = statement.where(events.c.fact_id == fact_id)
+    if after is not None:
+        version, last_fact = _cursor(after)
+        statement = statement.where(
+            sa.or_(
+                events.c.version < version,
+                sa.and_(events.c.version == version, events.c.fact_id > last_fact),
+            )
+        )
+    with database_errors(engine, f"read the change log of {scope}"), engine.connect() as conn:
+        rows = conn.execute(statement).all()
+    page = [
+        {
+            "version": row.version,
+            "fact_id": row.fact_id,
+            "event": row.event,
+            "category": row.category,
+            "confidence": row.confidence,
+            "occurred_at": format_timestamp(row.occurred_at),
+        }
+        for row in rows[:limit]
+    ]
+    more = len(rows) > limit
+    return page, f"{page[-1]['version']}:{page[-1]['fact_id']}" if more else None
+
+
+def _cursor(text: str) -> tuple[int, str]:
+    version, _, fact_id = text.partition(":")
+    if not version.isdigit() or not fact_id or len(version) > 12:
+        raise ValueError(f"cursor must be <version>:<fact id> as a page gave it, not {text!r}")
+    return int(version), fact_id
+
+
+__all__ = ["change_log"]

@@ -1,0 +1,55 @@
+"""The FastAPI application: ``create_app(config)``, served by ``memory-sql serve``.
+
+Routes are plain ``def`` functions: FastAPI runs them in its thread pool, as the library is
+synchronous. The :class:`~memory_sql.server.state.ServerState` is built when the application
+starts (so building the app touches no database) and closed when it stops.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from ..config import MemoryConfig
+from . import errors
+from .metrics import Metrics
+from .requests import RequestMiddleware
+from .routes import conversations, facts, memory, operations, queue, reports
+from .state import ServerState
+
+logger = logging.getLogger("memory_sql.server")
+
+API_VERSION = "v1"
+
+
+def create_app(config: MemoryConfig | None = None, *, with_worker: bool = True) -> FastAPI:
+    """The service's application for ``config`` (default :meth:`MemoryConfig.from_env`);
+    ``with_worker`` also runs the memory updates in this process."""
+    config = config if config is not None else MemoryConfig.from_env()
+    metrics = Metrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.memory = ServerState.open(config, metrics, with_worker=with_worker)
+        logger.info("memory_sql service ready (worker %s)", "on" if with_worker else "off")
+        try:
+            yield
+        finally:
+            app.state.memory.close()
+
+    app = FastAPI(
+        title="memory_sql",
+        version=API_VERSION,
+        summary="Long-term memory for LLM agents, per tenant, on PostgreSQL or SQLite.",
+        lifespan=lifespan,
+    )
+    errors.install(app)
+    app.add_middleware(
+        RequestMiddleware, max_body_bytes=config.server_max_body_bytes, metrics=metrics
+    )
+    for module in (operations, conversations, memory, facts, queue, reports):
+        app.include_router(module.router)
+    return app

@@ -1,0 +1,86 @@
+"""Who is calling: the API key of a request, the tenant it acts for, and what its role allows.
+
+A request carries ``Authorization: Bearer msk_…``. Its tenant is the key's; no route takes a
+tenant from the client, except that an admin key of the operator tenant must name the tenant it
+acts for in ``X-Memory-Tenant`` (and every such request is logged). Failures: no or an unknown
+or revoked key 401, a role too small 403, a tenant header from an ordinary key that names
+another tenant 403.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from ..scope import Scope
+from ..tenancy import acting_for
+from .errors import ApiError
+from .keys import ApiKey
+
+logger = logging.getLogger("memory_sql.server.auth")
+
+TENANT_HEADER = "X-Memory-Tenant"
+
+
+@dataclass(frozen=True)
+class Caller:
+    """The key of a request and the tenant it acts for."""
+
+    key: ApiKey
+    tenant_id: str
+
+    @contextmanager
+    def acting(self) -> Iterator[None]:
+        """Database work in this block sees only this tenant's rows (PostgreSQL RLS)."""
+        with acting_for(self.tenant_id):
+            yield
+
+
+def _authenticate(request: Request) -> Caller:
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise _unauthorized("missing API key: send Authorization: Bearer <key>")
+    key = request.app.state.memory.keys.check(token.strip())
+    if key is None:
+        raise _unauthorized("invalid or revoked API key")
+    request.state.key_id = key.key_id
+    named = request.headers.get(TENANT_HEADER)
+    if key.operator:
+        if not named:
+            raise ApiError(
+                400, "invalid_request", f"an operator key must name a tenant in {TENANT_HEADER}"
+            )
+        tenant = Scope.of(tenant_id=named).tenant_id
+        logger.info("operator key %s acts for tenant %s", key.key_id, tenant)
+    else:
+        tenant = key.tenant_id
+        if named is not None and named != tenant:
+            raise ApiError(403, "forbidden", "this key cannot act for another tenant")
+    request.state.tenant_id = tenant
+    return Caller(key, tenant)
+
+
+def require(role: str) -> Callable[..., Caller]:
+    """A dependency giving the :class:`Caller`, whose key must allow ``role``."""
+
+    def dependency(caller: Annotated[Caller, Depends(_authenticate)]) -> Caller:
+        if not caller.key.allows(role):
+            raise ApiError(403, "forbidden", f"this key's role ({caller.key.role}) cannot {role}")
+        return caller
+
+    return dependency
+
+
+def _unauthorized(message: str) -> ApiError:
+    return ApiError(401, "unauthorized", message, headers={"WWW-Authenticate": "Bearer"})
+
+
+Reader = Annotated[Caller, Depends(require("read"))]
+Writer = Annotated[Caller, Depends(require("write"))]
+Admin = Annotated[Caller, Depends(require("admin"))]

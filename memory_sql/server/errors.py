@@ -1,0 +1,128 @@
+"""Every error the service answers, as ``{"error": {"code": …, "message": …}}`` with its status.
+
+:class:`ApiError` is raised by the routes; the library's own exceptions are mapped here once,
+so a route never catches them to translate. Nothing answers with a traceback: an unexpected
+exception is logged with the request id and answered 500.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ..errors import (
+    DuplicateFactError,
+    FactNotFoundError,
+    ImportFileError,
+    InvalidMessageError,
+    InvalidScopeError,
+    InvalidUpdateError,
+    SchemaOutOfDateError,
+    StorageError,
+    UpdateNotFoundError,
+    VersionConflictError,
+)
+
+logger = logging.getLogger("memory_sql.server")
+
+
+class ApiError(Exception):
+    """An answer other than success: ``status``, a stable ``code`` and a one-line message."""
+
+    def __init__(
+        self, status: int, code: str, message: str, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.headers = headers
+
+
+def not_found(what: str) -> ApiError:
+    return ApiError(404, "not_found", what)
+
+
+def error_response(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse(
+        {"error": {"code": code, "message": message}}, status_code=status, headers=headers
+    )
+
+
+# (exception class, status, code), the first match wins: subclasses before their bases.
+_LIBRARY_ERRORS: tuple[tuple[type[BaseException], int, str], ...] = (
+    (VersionConflictError, 409, "version_conflict"),
+    (DuplicateFactError, 409, "duplicate_fact"),
+    (FactNotFoundError, 404, "not_found"),
+    (UpdateNotFoundError, 404, "not_found"),
+    (InvalidScopeError, 400, "invalid_request"),
+    (InvalidMessageError, 400, "invalid_request"),
+    (ImportFileError, 422, "invalid_memory"),
+    (InvalidUpdateError, 422, "invalid_memory"),
+    (SchemaOutOfDateError, 503, "schema_out_of_date"),
+    (StorageError, 503, "database_unavailable"),
+    (ValueError, 400, "invalid_request"),  # the library's documented bad-input errors
+)
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers that turn every exception into the error shape."""
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
+        return error_response(exc.status, exc.code, exc.message, exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        return error_response(400, "invalid_request", describe(exc.errors()))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return error_response(exc.status_code, code, str(exc.detail))
+
+    for cls, status, code in _LIBRARY_ERRORS:
+        app.add_exception_handler(cls, _library_handler(status, code))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        request_id = getattr(request.state, "request_id", "-")
+        logger.error("request %s failed", request_id, exc_info=exc)
+        return error_response(500, "internal", f"internal error (request id {request_id})")
+
+
+def _library_handler(status: int, code: str) -> Any:
+    async def handle(_request: Request, exc: Exception) -> JSONResponse:
+        message = " ".join(str(exc).split())
+        if status == 503:
+            logger.warning("database: %s", message)
+        return error_response(status, code, message)
+
+    return handle
+
+
+def describe(errors: Any) -> str:
+    """Pydantic's errors as one line naming each field: ``body.messages[3].content: …``."""
+    parts = []
+    for error in list(errors)[:5]:
+        location = _location(error.get("loc", ()))
+        message = error.get("msg", "invalid")
+        parts.append(f"{location}: {message}" if location else message)
+    return "; ".join(parts) or "invalid request"
+
+
+def _location(loc: Any) -> str:
+    text = ""
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else str(part)
+    return text

@@ -1,0 +1,126 @@
+"""``/metrics``: the service's figures in Prometheus' text format (prometheus-client).
+
+Counted as they happen: requests by method, route template and status, with a latency
+histogram; updates by outcome; memory-LLM calls, their prompt and completion tokens and a
+latency histogram; version conflicts (of API writes, and of updates whose saves lost a race).
+Read when scraped: the queue's rows by status and the age of its oldest pending row (every
+tenant's: one query), and the conversations spooled in this process while the database is down.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from ..updater import UpdateResult
+
+logger = logging.getLogger("memory_sql.server")
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+_LLM_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120)
+
+
+class Metrics:
+    """One registry per application (several apps in one process do not mix their figures)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "memory_sql_http_requests",
+            "HTTP requests answered",
+            ["method", "route", "status"],
+            registry=r,
+        )
+        self.request_seconds = Histogram(
+            "memory_sql_http_request_duration_seconds",
+            "Time to answer an HTTP request",
+            ["method", "route"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.updates = Counter(
+            "memory_sql_updates", "Memory updates run here, by outcome", ["outcome"], registry=r
+        )
+        self.llm_calls = Counter("memory_sql_llm_calls", "Memory-LLM calls", registry=r)
+        self.prompt_tokens = Counter(
+            "memory_sql_llm_prompt_tokens", "Prompt tokens of memory-LLM calls", registry=r
+        )
+        self.completion_tokens = Counter(
+            "memory_sql_llm_completion_tokens",
+            "Completion tokens of memory-LLM calls",
+            registry=r,
+        )
+        self.llm_seconds = Histogram(
+            "memory_sql_llm_call_duration_seconds",
+            "Time a memory-LLM call took",
+            buckets=_LLM_BUCKETS,
+            registry=r,
+        )
+        self.version_conflicts = Counter(
+            "memory_sql_version_conflicts",
+            "Saves refused because another writer saved first",
+            ["source"],
+            registry=r,
+        )
+        self.requests.labels("GET", "/metrics", "200")  # shown at 0 from the start
+
+    def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
+        self.requests.labels(method, route, str(status)).inc()
+        self.request_seconds.labels(method, route).observe(seconds)
+
+    def observe_update(self, result: UpdateResult) -> None:
+        """The service's ``on_result``: one update's figures."""
+        self.updates.labels("ok" if result.ok else "failed").inc()
+        if result.llm_called:
+            self.llm_calls.inc()
+            self.prompt_tokens.inc(result.prompt_tokens)
+            self.completion_tokens.inc(result.completion_tokens)
+            self.llm_seconds.observe(result.llm_seconds)
+        lost = result.attempts if result.conflicted else max(result.attempts - 1, 0)
+        if lost:
+            self.version_conflicts.labels("update").inc(lost)
+
+    def watch(self, service: Any) -> None:
+        """Report ``service``'s queue and spool when scraped."""
+        self.registry.register(_QueueCollector(service))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _QueueCollector(Collector):
+    def __init__(self, service: Any) -> None:
+        self.service = service
+
+    def collect(self) -> Any:
+        spooled = GaugeMetricFamily(
+            "memory_sql_spooled_conversations",
+            "Conversations waiting in this process for the database",
+        )
+        spooled.add_metric([], len(self.service.spool))
+        yield spooled
+        rows = GaugeMetricFamily(
+            "memory_sql_queue_rows", "Rows of the update queue, by status", labels=["status"]
+        )
+        oldest = GaugeMetricFamily(
+            "memory_sql_queue_oldest_pending_seconds",
+            "Age of the oldest pending update (0: none)",
+        )
+        try:
+            counts = self.service.queue.counts()
+            age = self.service.queue.oldest_pending_seconds()
+        except Exception as exc:  # a scrape during an outage shows what it can
+            logger.warning("metrics: cannot read the queue: %s", " ".join(str(exc).split()))
+            return
+        for status in ("pending", "failed", "leased", "due"):
+            rows.add_metric([status], counts[status])
+        oldest.add_metric([], age)
+        yield rows
+        yield oldest

@@ -1,0 +1,103 @@
+"""The ASGI middleware every request passes: its id, the body-size limit, metrics and the log.
+
+- A request id: the client's ``X-Request-ID`` when it is short and plain, else a new one;
+  answered in ``X-Request-ID`` and carried by every log line of the request.
+- A body over ``server_max_body_bytes`` is refused with 413 naming the limit, from its
+  ``Content-Length`` before it is read, or as soon as a streamed body passes the limit.
+- One access-log line per request (``memory_sql.server.access``, JSON): method, route
+  template (never the path, which holds user ids), status, duration, key id and tenant.
+  No secrets and no message text.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+import uuid
+from typing import Any
+
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .errors import error_response
+
+access_log = logging.getLogger("memory_sql.server.access")
+
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+
+
+class RequestMiddleware:
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int, metrics: Any) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        given = headers.get("x-request-id", "")
+        request_id = given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+        state = scope.setdefault("state", {})
+        state["request_id"] = request_id
+        status = [500]
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+                message.setdefault("headers", [])
+                message["headers"] = [
+                    *message["headers"],
+                    (b"x-request-id", request_id.encode("ascii")),
+                ]
+            await send(message)
+
+        try:
+            length = int(headers.get("content-length", "0") or 0)
+        except ValueError:
+            length = 0
+        if length > self.max_body_bytes:
+            response = error_response(413, "too_large", self._too_large(length))
+            await response(scope, receive, send_with_id)
+        else:
+            await self.app(scope, self._limited(receive), send_with_id)
+        elapsed = time.perf_counter() - started
+        route = scope.get("route")
+        template = getattr(route, "path", None) or "unmatched"
+        self.metrics.observe_request(scope["method"], template, status[0], elapsed)
+        access_log.info(
+            "%s",
+            json.dumps(
+                {
+                    "request_id": request_id,
+                    "method": scope["method"],
+                    "route": template,
+                    "status": status[0],
+                    "ms": round(elapsed * 1000, 2),
+                    "key_id": state.get("key_id"),
+                    "tenant": state.get("tenant_id"),
+                }
+            ),
+        )
+
+    def _limited(self, receive: Receive) -> Receive:
+        seen = 0
+
+        async def receive_limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_body_bytes:
+                    raise HTTPException(413, self._too_large(seen, streamed=True))
+            return message
+
+        return receive_limited
+
+    def _too_large(self, size: int, *, streamed: bool = False) -> str:
+        what = f"at least {size}" if streamed else str(size)
+        return f"request body is {what} bytes, over server_max_body_bytes ({self.max_body_bytes})"

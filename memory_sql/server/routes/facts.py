@@ -1,0 +1,225 @@
+"""A user's facts: list and search, create, change, delete, and their history (the change log
+of ``memory_fact_events``). Every write takes the memory's version in ``If-Match`` (412 when
+it is stale) or, without one, is applied to the newest version."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import sqlalchemy as sa
+from fastapi import APIRouter, Query
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from ... import admin, history
+from ...schema import memory_scopes
+from ...scope import Scope
+from ..auth import Reader, Writer
+from ..errors import ApiError, not_found
+from ..state import ServerState, State
+from . import AgentQuery, IfMatch, etag, expected_version, precondition
+
+router = APIRouter(prefix="/v1/users/{user_id}", tags=["facts"])
+
+MAX_PAGE = 500
+
+
+class NewFact(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    content: str
+    category: str = "context"
+    confidence: float = Field(0.9, ge=0, le=1)
+    source_thread_id: str | None = None
+
+
+class FactPatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    content: str | None = None
+    category: str | None = None
+    confidence: float | None = Field(None, ge=0, le=1)
+    source_error: str | None = None
+
+
+@router.get("/facts", summary="The user's facts, highest confidence first; filtered and paged")
+def list_facts(
+    user_id: str,
+    caller: Reader,
+    state: State,
+    agent_name: AgentQuery = None,
+    q: Annotated[str | None, Query(description="Text the fact contains (casefold)")] = None,
+    category: str | None = None,
+    min_confidence: Annotated[float | None, Query(ge=0, le=1)] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+    offset: Annotated[int, Query(ge=0, le=100_000)] = 0,
+) -> Any:
+    scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=caller.tenant_id)
+    with caller.acting():
+        records = admin.search_facts(
+            state.engine,
+            q,
+            category=category,
+            min_confidence=min_confidence,
+            tenant_id=scope.tenant_id,
+            user_id=scope.user_id,
+            agent_name=scope.agent_name or "" if agent_name is not None else None,
+            limit=offset + limit + 1,
+        )
+        if not records and not _has_memory(state, scope, any_agent=agent_name is None):
+            raise not_found(f"no memory of user {user_id!r}")
+    page = records[offset : offset + limit]
+    more = len(records) > offset + limit
+    return {
+        "facts": [record.to_dict() for record in page],
+        "next_offset": offset + limit if more else None,
+    }
+
+
+@router.post("/facts", status_code=201, summary="Add a fact (409 if its text is stored)")
+def create_fact(
+    user_id: str,
+    body: NewFact,
+    caller: Writer,
+    state: State,
+    agent_name: AgentQuery = None,
+    if_match: IfMatch = None,
+) -> Any:
+    expected = expected_version(if_match)
+    with caller.acting(), precondition(expected):
+        change = admin.add_fact(
+            state.storage,
+            body.content,
+            category=body.category,
+            confidence=body.confidence,
+            source_thread_id=body.source_thread_id,
+            user_id=user_id,
+            agent_name=agent_name,
+            tenant_id=caller.tenant_id,
+            expected_version=expected,
+        )
+    return _answer(change, user_id, agent_name, caller.tenant_id, status=201)
+
+
+@router.patch("/facts/{fact_id}", summary="Change a fact's content, category or confidence")
+def patch_fact(
+    user_id: str,
+    fact_id: str,
+    body: FactPatch,
+    caller: Writer,
+    state: State,
+    agent_name: AgentQuery = None,
+    if_match: IfMatch = None,
+) -> Any:
+    changes = body.model_dump(exclude_unset=True)
+    if not changes:
+        raise ApiError(400, "invalid_request", "nothing to change: give content, category, …")
+    if any(value is None for key, value in changes.items() if key != "source_error"):
+        raise ApiError(400, "invalid_request", "content, category and confidence cannot be null")
+    expected = expected_version(if_match)
+    with caller.acting(), precondition(expected):
+        change = admin.update_fact(
+            state.storage,
+            fact_id,
+            user_id=user_id,
+            agent_name=agent_name,
+            tenant_id=caller.tenant_id,
+            expected_version=expected,
+            **changes,
+        )
+    return _answer(change, user_id, agent_name, caller.tenant_id)
+
+
+@router.delete("/facts/{fact_id}", summary="Delete a fact")
+def delete_fact(
+    user_id: str,
+    fact_id: str,
+    caller: Writer,
+    state: State,
+    agent_name: AgentQuery = None,
+    if_match: IfMatch = None,
+) -> Any:
+    expected = expected_version(if_match)
+    with caller.acting(), precondition(expected):
+        change = admin.remove_fact(
+            state.storage,
+            fact_id,
+            user_id=user_id,
+            agent_name=agent_name,
+            tenant_id=caller.tenant_id,
+            expected_version=expected,
+        )
+    return _answer(change, user_id, agent_name, caller.tenant_id)
+
+
+@router.get("/facts/{fact_id}/history", summary="A fact's changes, newest first")
+def fact_history(
+    user_id: str,
+    fact_id: str,
+    caller: Reader,
+    state: State,
+    agent_name: AgentQuery = None,
+    after: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+) -> Any:
+    return _changes(state, caller, user_id, agent_name, fact_id, after, limit)
+
+
+@router.get("/changes", summary="The change log of a memory's facts, newest first")
+def changes(
+    user_id: str,
+    caller: Reader,
+    state: State,
+    agent_name: AgentQuery = None,
+    after: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+) -> Any:
+    return _changes(state, caller, user_id, agent_name, None, after, limit)
+
+
+def _changes(
+    state: ServerState,
+    caller: Any,
+    user_id: str,
+    agent_name: str | None,
+    fact_id: str | None,
+    after: str | None,
+    limit: int,
+) -> dict[str, Any]:
+    scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=caller.tenant_id)
+    with caller.acting():
+        events, cursor = history.change_log(
+            state.engine, scope, fact_id=fact_id, after=after, limit=limit
+        )
+        if not events and after is None:
+            what = f"fact {fact_id!r}" if fact_id else f"memory of user {user_id!r}"
+            raise not_found(f"no history of {what}")
+    return {"events": events, "next": cursor}
+
+
+def _answer(
+    change: admin.FactChange,
+    user_id: str,
+    agent_name: str | None,
+    tenant_id: str,
+    status: int = 200,
+) -> JSONResponse:
+    scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=tenant_id)
+    record = admin.FactRecord(scope.tenant_id, scope.user_id, scope.agent_name, change.fact)
+    return JSONResponse(
+        {"fact": record.to_dict(), "version": change.version},
+        status_code=status,
+        headers=etag(change.version),
+    )
+
+
+def _has_memory(state: ServerState, scope: Scope, *, any_agent: bool) -> bool:
+    conditions = [
+        memory_scopes.c.tenant_id == scope.tenant_id,
+        memory_scopes.c.user_id == scope.user_id,
+    ]
+    if not any_agent:
+        conditions.append(memory_scopes.c.agent_name == scope.agent_key)
+    statement = sa.select(sa.literal(1)).where(*conditions).limit(1)
+    with state.engine.connect() as conn:
+        return conn.execute(statement).first() is not None

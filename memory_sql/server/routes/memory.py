@@ -1,0 +1,151 @@
+"""One user's memory: the context block for the prompt, the document (DeerFlow's memory.json,
+read and replaced), the tenant's memories as JSON Lines (export and import), and forgetting a
+user."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from ... import admin
+from ...errors import ImportFileError
+from ...injection import render_memory_block
+from ...models import MemoryDocument
+from ...scope import Scope
+from ...tenancy import acting_for
+from ..auth import Admin, Caller, Reader, Writer
+from ..errors import not_found
+from ..state import ServerState, State
+from . import AgentQuery, IfMatch, etag, expected_version, precondition
+
+router = APIRouter(prefix="/v1", tags=["memory"])
+
+
+def load(
+    state: ServerState, caller: Caller, user_id: str, agent_name: str | None
+) -> MemoryDocument:
+    """The memory of (user, agent) in the caller's tenant; 404 when there is none."""
+    with caller.acting():
+        doc = state.storage.load(user_id=user_id, agent_name=agent_name, tenant_id=caller.tenant_id)
+    if doc.version == 0:
+        raise not_found(f"no memory of user {user_id!r}, agent {agent_name!r}")
+    return doc
+
+
+@router.get(
+    "/users/{user_id}/context",
+    summary="The memory block for the system prompt ('' when there is nothing to show)",
+)
+def context(user_id: str, caller: Reader, state: State, agent_name: AgentQuery = None) -> Any:
+    config = state.config
+    with caller.acting():
+        doc = state.storage.load(user_id=user_id, agent_name=agent_name, tenant_id=caller.tenant_id)
+    block = ""
+    if config.enabled:
+        block = render_memory_block(
+            doc,
+            max_tokens=config.injected_memory_max_tokens,
+            guaranteed_categories=config.guaranteed_categories,
+            guaranteed_token_budget=config.guaranteed_token_budget,
+            counter=state.service.counter,
+        )
+    return JSONResponse({"context": block, "version": doc.version}, headers=etag(doc.version))
+
+
+@router.get("/users/{user_id}/memory", summary="The memory document (DeerFlow's memory.json)")
+def get_memory(user_id: str, caller: Reader, state: State, agent_name: AgentQuery = None) -> Any:
+    doc = load(state, caller, user_id, agent_name)
+    return JSONResponse(doc.to_deerflow(), headers=etag(doc.version))
+
+
+@router.put(
+    "/users/{user_id}/memory",
+    summary="Make the memory hold a memory.json's sections and facts (idempotent)",
+)
+def put_memory(
+    user_id: str,
+    memory: Annotated[dict[str, Any], Body(description="DeerFlow's memory.json")],
+    caller: Writer,
+    state: State,
+    agent_name: AgentQuery = None,
+    if_match: IfMatch = None,
+) -> Any:
+    scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=caller.tenant_id)
+    expected = expected_version(if_match)
+    with caller.acting(), precondition(expected):
+        before, after = admin.import_memory(
+            state.storage,
+            memory,
+            user_id=scope.user_id,
+            agent_name=scope.agent_name,
+            tenant_id=scope.tenant_id,
+            source="request body",
+            expected_version=expected,
+        )
+    return JSONResponse(
+        {"version_before": before, "version": after, "changed": before != after},
+        headers=etag(after),
+    )
+
+
+@router.get(
+    "/export",
+    summary="Every memory of the tenant as JSON Lines, streamed",
+    response_class=StreamingResponse,
+)
+def export(caller: Reader, state: State) -> StreamingResponse:
+    lines = admin.iter_jsonl(state.engine, tenant_id=caller.tenant_id)
+    return StreamingResponse(
+        _acting_while(caller.tenant_id, lines), media_type="application/x-ndjson"
+    )
+
+
+@router.post(
+    "/import",
+    summary="Import JSON Lines of memories into the tenant (idempotent)",
+    openapi_extra={
+        "requestBody": {"content": {"application/x-ndjson": {"schema": {"type": "string"}}}}
+    },
+)
+async def import_jsonl(request: Request, caller: Writer, state: State) -> Any:
+    body = await request.body()
+    return await run_in_threadpool(_import, body, caller, state)
+
+
+def _import(body: bytes, caller: Caller, state: ServerState) -> dict[str, int]:
+    memories = admin.read_jsonl(body, source="request body", tenant_id=caller.tenant_id)
+    for item in memories:
+        if item.scope.tenant_id != caller.tenant_id:
+            raise ImportFileError(
+                "request body", item.line, "tenant_id must be the key's tenant, or left out"
+            )
+    with caller.acting():
+        result = admin.import_scoped(state.storage, memories)
+    return {"memories": result.memories, "changed": result.changed}
+
+
+@router.delete(
+    "/users/{user_id}",
+    summary="Forget a user: every memory, fact, event and queued update of theirs",
+)
+def forget(user_id: str, caller: Admin, state: State) -> Any:
+    with caller.acting():
+        deleted = admin.forget_user(state.engine, user_id, tenant_id=caller.tenant_id)
+    if not any(deleted.values()):
+        raise not_found(f"nothing is stored of user {user_id!r}")
+    return {"deleted": deleted}
+
+
+def _acting_while(tenant_id: str, lines: Iterator[str]) -> Iterator[bytes]:
+    """``lines`` encoded, each produced while acting for ``tenant_id``: the response streams
+    them from threads of its own, where the request's acting does not reach."""
+    while True:
+        with acting_for(tenant_id):
+            line = next(lines, None)
+        if line is None:
+            return
+        yield (line + "\n").encode("utf-8")

@@ -1,0 +1,39 @@
+"""``/healthz`` (the process answers), ``/readyz`` (the database answers and is at the schema
+head) and ``/metrics`` (Prometheus). None needs a key; none shows a tenant's data."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+
+from ... import migrations
+from ..errors import ApiError
+from ..metrics import CONTENT_TYPE
+from ..state import State
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get("/healthz", summary="The process is up")
+def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz", summary="The database answers and its schema is at the head")
+def readyz(state: State) -> dict[str, str]:
+    head = migrations.head_revision()
+    try:
+        current = migrations.current_revision(state.engine)
+    except Exception as exc:
+        raise ApiError(503, "database_unavailable", " ".join(str(exc).split())) from None
+    if current != head:
+        raise ApiError(
+            503,
+            "schema_out_of_date",
+            f"the database is at revision {current}, not {head}: run memory-sql db upgrade",
+        )
+    return {"status": "ready", "revision": current}
+
+
+@router.get("/metrics", summary="Prometheus metrics", response_class=Response)
+def metrics(state: State) -> Response:
+    return Response(state.metrics.render(), media_type=CONTENT_TYPE)

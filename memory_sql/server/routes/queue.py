@@ -1,0 +1,61 @@
+"""The tenant's part of the update queue: its counts and rows, and requeueing failed ones."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+from pydantic import BaseModel, ConfigDict, Field
+
+from ...errors import UpdateNotFoundError
+from ...models import utcnow
+from ...queue import manage
+from ..auth import Admin, Reader
+from ..state import State
+
+router = APIRouter(prefix="/v1/queue", tags=["queue"])
+
+
+class Requeue(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    keys: list[str] | None = Field(
+        None,
+        description="Keys of rows as GET /v1/queue shows them; leave out for every failed row",
+        max_length=1000,
+    )
+
+
+@router.get("", summary="The tenant's queued updates (failed first) and their counts")
+def queue_status(
+    caller: Reader,
+    state: State,
+    failed_only: bool = False,
+    user_id: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> Any:
+    with caller.acting():
+        counts = manage.count_updates(state.engine, tenant_id=caller.tenant_id)
+        rows = manage.list_updates(
+            state.engine,
+            failed_only=failed_only,
+            tenant_id=caller.tenant_id,
+            user_id=user_id,
+            limit=limit,
+        )
+    return {"counts": counts, "updates": [row.to_dict() for row in rows]}
+
+
+@router.post("/retry", summary="Run failed (or the named) updates again, now")
+def requeue(body: Requeue, caller: Admin, state: State) -> Any:
+    keys = None
+    if body.keys is not None:
+        keys = [manage.UpdateKey.parse(text) for text in body.keys]
+        for key in keys:
+            if key.tenant_id != caller.tenant_id:  # as if it did not exist
+                raise UpdateNotFoundError(str(key))
+    with caller.acting():
+        change = manage.retry_updates(state.engine, keys, tenant_id=caller.tenant_id)
+    if change.changed:
+        state.service.worker.notify(utcnow())
+    return {"requeued": list(change.changed), "running": list(change.running)}

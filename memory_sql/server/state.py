@@ -1,0 +1,79 @@
+"""What every request of one process shares: :class:`ServerState`, and ``State`` for routes.
+
+One process holds one state: an engine whose PostgreSQL connections see no tenant until a
+request acts for its key's (:mod:`memory_sql.tenancy`), the SQL storage, the
+:class:`~memory_sql.MemoryService` (its worker runs here with ``with_worker``), the key
+checker and the metrics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+from sqlalchemy.engine import Engine
+
+from .. import migrations
+from ..config import MemoryConfig
+from ..database import create_engine
+from ..errors import ConfigError
+from ..service import MemoryService
+from ..storage import SQLStorage
+from ..tenancy import NO_TENANT
+from .keys import KeyChecker
+from .metrics import Metrics
+
+
+@dataclass
+class ServerState:
+    """What every request of one process shares."""
+
+    config: MemoryConfig
+    engine: Engine
+    storage: SQLStorage
+    service: MemoryService
+    keys: KeyChecker
+    metrics: Metrics
+    with_worker: bool
+
+    @classmethod
+    def open(cls, config: MemoryConfig, metrics: Metrics, *, with_worker: bool) -> ServerState:
+        """Connect, check the schema, and start the service (its worker with ``with_worker``).
+
+        Raises:
+            ConfigError: the storage is not a SQL database.
+            SchemaOutOfDateError, StorageError: the database is not ready.
+        """
+        if config.storage_class or "://" not in config.storage:
+            raise ConfigError(
+                "the HTTP service needs a SQL database as storage (sqlite:///… or "
+                f"postgresql+psycopg://…), not {config.storage!r}",
+                key="storage",
+            )
+        engine = create_engine(
+            config.storage, tenant_default=NO_TENANT, pool_size=max(10, config.workers + 8)
+        )
+        try:
+            migrations.prepare_schema(engine, auto_migrate=config.auto_migrate)
+            storage = SQLStorage(engine)
+            service = MemoryService(config, storage=storage, start=with_worker)
+        except BaseException:
+            engine.dispose()
+            raise
+        service.on_result = metrics.observe_update
+        metrics.watch(service)
+        return cls(config, engine, storage, service, KeyChecker(engine), metrics, with_worker)
+
+    def close(self) -> None:
+        self.service.close()
+        self.storage.close()
+        self.engine.dispose()
+
+
+def _state(request: Request) -> ServerState:
+    return request.app.state.memory
+
+
+State = Annotated[ServerState, Depends(_state)]
+"""A route's handle on the :class:`ServerState`."""

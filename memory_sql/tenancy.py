@@ -1,0 +1,89 @@
+"""Which tenant's rows a PostgreSQL connection may see: the setting row-level security reads.
+
+Migration 0010 enables and forces row-level security on every memory table, with two policies:
+a row is visible (and may be written) when its ``tenant_id`` equals the session setting
+``memory_sql.tenant_id``, or when that setting is ``*`` (:data:`ALL_TENANTS`). A connection
+that set nothing sees no row at all, so a query that forgets its ``WHERE tenant_id`` returns
+nothing of another tenant instead of everything.
+
+The setting comes from the code that uses the connection, never from a client:
+
+    with acting_for("acme"):
+        storage.load(user_id="u1")      # its connection is set to "acme" when checked out
+
+:func:`guard_engine` makes an engine write the tenant being acted for into each connection it
+hands out, and skips the write when the connection already holds that value, so a process
+serving one tenant at a time pays one round trip per pooled connection, not per query. (A
+``SET LOCAL`` per transaction would cost a transaction around every read, which are
+single-statement autocommit reads here, and a round trip each.) Outside any
+:func:`acting_for`, the engine's ``default`` applies: :data:`ALL_TENANTS` for the library, the
+CLI and the worker, which are operators of the whole database and filter by tenant
+themselves; :data:`NO_TENANT` for the HTTP service, whose every request acts for its key's
+tenant. The queue is shared by all tenants: its calls act for :data:`ALL_TENANTS`.
+
+This is a guard against a forgotten filter, not against a caller who can run SQL of its own:
+any role that can connect can set the setting. SQLite has no row-level security; there the
+setting does not exist and the tenant filters in every query are the only isolation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+
+SETTING = "memory_sql.tenant_id"
+"""The PostgreSQL setting the policies compare ``tenant_id`` to."""
+
+ALL_TENANTS = "*"
+"""The setting's value that lets a connection see every tenant (a tenant id cannot be ``*``)."""
+
+NO_TENANT = ""
+"""The setting's value that matches no row."""
+
+_acting: ContextVar[str | None] = ContextVar("memory_sql_acting_tenant", default=None)
+
+
+@contextmanager
+def acting_for(tenant_id: str) -> Iterator[None]:
+    """Connections checked out in this block (this thread or task) see ``tenant_id``'s rows."""
+    token = _acting.set(tenant_id)
+    try:
+        yield
+    finally:
+        _acting.reset(token)
+
+
+def acting_tenant() -> str | None:
+    """The tenant :func:`acting_for` set here, or None outside it."""
+    return _acting.get()
+
+
+def guard_engine(engine: Engine, *, default: str = ALL_TENANTS) -> None:
+    """Make ``engine`` (PostgreSQL) set :data:`SETTING` on every connection it hands out to the
+    tenant acted for, or to ``default``."""
+
+    @event.listens_for(engine, "checkout")
+    def _set_tenant(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        tenant = _acting.get()
+        if tenant is None:
+            tenant = default
+        if record.info.get(SETTING) == tenant:
+            return
+        # A session-level value, written outside any transaction so that no rollback undoes it;
+        # record.info lives as long as this DBAPI connection.
+        autocommit = dbapi_connection.autocommit
+        dbapi_connection.autocommit = True
+        try:
+            with dbapi_connection.cursor() as cursor:
+                cursor.execute("SELECT set_config(%s, %s, false)", (SETTING, tenant))
+        finally:
+            dbapi_connection.autocommit = autocommit
+        record.info[SETTING] = tenant
+
+
+__all__ = ["ALL_TENANTS", "NO_TENANT", "SETTING", "acting_for", "acting_tenant", "guard_engine"]
