@@ -1,0 +1,98 @@
+"""A real ``memory-sql serve`` in a subprocess on a free 127.0.0.1 port, for the service tests
+and the service benchmark: started with a YAML config of the test's, stopped with SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+from pg_cluster import free_port
+
+STARTUP_SECONDS = 30.0
+
+
+class ServiceProcess:
+    """``memory-sql serve`` with ``settings`` (MemoryConfig keys) as its config file."""
+
+    def __init__(
+        self,
+        folder: Path,
+        settings: dict[str, Any],
+        *,
+        with_worker: bool = True,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        config = folder / f"service-{self.port}.yaml"
+        config.write_text(yaml.safe_dump({"memory": settings}), encoding="utf-8")
+        self.log_path = folder / f"service-{self.port}.log"
+        command = [
+            sys.executable,
+            "-m",
+            "memory_sql.cli",
+            "serve",
+            "--port",
+            str(self.port),
+            "--config",
+            str(config),
+            "--with-worker" if with_worker else "--no-worker",
+        ]
+        environment = {k: v for k, v in os.environ.items() if not k.startswith("MEMORY_SQL_")}
+        environment.update(env or {})
+        self._log = self.log_path.open("wb")
+        self.process = subprocess.Popen(
+            command, stdout=self._log, stderr=subprocess.STDOUT, env=environment
+        )
+        self._wait_until_up()
+
+    def _wait_until_up(self) -> None:
+        deadline = time.monotonic() + STARTUP_SECONDS
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"memory-sql serve exited {self.process.returncode}: {self.log}")
+            try:
+                if httpx.get(f"{self.base_url}/healthz", timeout=1.0).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(
+            f"memory-sql serve did not answer within {STARTUP_SECONDS} s: {self.log}"
+        )
+
+    @property
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def client(self, key: str | None = None, **headers: str) -> httpx.Client:
+        sent = dict(headers)
+        if key is not None:
+            sent["Authorization"] = f"Bearer {key}"
+        return httpx.Client(base_url=self.base_url, headers=sent, timeout=30.0)
+
+    def stop(self, timeout: float = 30.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+        return self.process.returncode
+
+    def __enter__(self) -> ServiceProcess:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
