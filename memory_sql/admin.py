@@ -267,7 +267,8 @@ def add_fact(
             raise DuplicateFactError(str(scope), fact.content)
         doc.facts.append(fact)
 
-    return FactChange(fact, _modify(storage, scope, change, expected_version))
+    version = _modify(storage, scope, change, expected_version)
+    return FactChange(_as_stored(storage, scope, fact), version)
 
 
 def update_fact(
@@ -312,7 +313,16 @@ def update_fact(
         raise FactNotFoundError(str(scope), fact_id)
 
     version = _modify(storage, scope, change, expected_version)
-    return FactChange(changed[0], version)
+    return FactChange(_as_stored(storage, scope, changed[0]), version)
+
+
+def _as_stored(storage: MemoryStorage, scope: Scope, fact: Fact) -> Fact:
+    """``fact`` as its save stored it (with the ``updated_at`` the save gave it): one load,
+    from the cache after the save; ``fact`` itself if another writer removed it since."""
+    doc = storage.load(
+        user_id=scope.user_id, agent_name=scope.agent_name, tenant_id=scope.tenant_id
+    )
+    return next((stored for stored in doc.facts if stored.id == fact.id), fact)
 
 
 _EDITABLE = frozenset({"content", "category", "confidence", "source_thread_id", "source_error"})

@@ -48,7 +48,7 @@ def serve(
     """Serve the HTTP API (OpenAPI docs at /docs) until SIGTERM or Ctrl-C.
 
     Every request needs an API key (`memory-sql keys create`) and acts for its
-    tenant. Needs the server extra: pip install 'memory-sql[server]'.
+    tenant. Needs the package's server extra (FastAPI, uvicorn, prometheus-client).
 
     Example:
         memory-sql serve --url postgresql://memory_app@127.0.0.1/memory --port 8080

@@ -208,7 +208,7 @@ def test_a_new_connection_without_the_setting_sees_nothing(
                 conn.execute(sa.text("SELECT current_setting(:n, true)"), {"n": SETTING}).scalar()
                 is None
             )
-            for relation in TENANT_TABLES:  # (the views: see the xfail below)
+            for relation in TENANT_TABLES:  # (the views: see the tests below)
                 assert _all_rows(conn, relation) == [], relation
             # Nor does "is the setting empty" become a way in: '' is no tenant.
             _set_tenant(conn, "")
@@ -247,12 +247,6 @@ def test_writing_a_row_of_another_tenant_is_refused(
         conn.execute(insert, {"tenant": "A"})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: the reporting views (0004, 0007) are not security_invoker, so they read the "
-    "tables as their owner; a superuser owner (who migrated the database) bypasses RLS and the "
-    "views show every tenant's rows to the service's role",
-)
 def test_a_report_view_shows_only_the_tenant_set_when_a_superuser_migrated(
     role_engine: Engine, seeded: dict[str, dict[str, list[Any]]]
 ) -> None:
