@@ -88,3 +88,46 @@ def test_migrations_form_one_line_named_by_revision():
     assert len(script.get_heads()) == 1
     assert revisions[-1].down_revision is None
     assert all(Path(r.path).name.startswith(f"{r.revision}_") for r in revisions)
+
+
+def test_0009_and_0010_go_up_and_down(empty_engine):
+    postgres = empty_engine.dialect.name == "postgresql"
+
+    def secured() -> dict[str, tuple[bool, bool]]:
+        if not postgres:
+            return {}
+        with empty_engine.connect() as conn:
+            rows = conn.execute(
+                sa.text(
+                    "SELECT relname, relrowsecurity, relforcerowsecurity FROM pg_class "
+                    "WHERE relname = ANY(:names)"
+                ),
+                {"names": sorted(TABLES)},
+            )
+            return {name: (enabled, forced) for name, enabled, forced in rows}
+
+    def invoker_views() -> set[str]:
+        with empty_engine.connect() as conn:
+            rows = conn.execute(
+                sa.text(
+                    "SELECT relname FROM pg_class WHERE relkind = 'v' AND relname LIKE 'memory_%' "
+                    "AND 'security_invoker=true' = ANY(coalesce(reloptions, '{}'))"
+                )
+            )
+            return {name for (name,) in rows}
+
+    migrations.upgrade(empty_engine, "0008")
+    assert "memory_api_keys" not in _tables(empty_engine)
+    migrations.upgrade(empty_engine)
+    assert "memory_api_keys" in _tables(empty_engine)
+    if postgres:
+        assert secured() == {table: (True, True) for table in TABLES}
+        assert len(invoker_views()) == 6
+    migrations.downgrade(empty_engine, "0009")
+    if postgres:
+        assert secured() == {table: (False, False) for table in TABLES}
+        assert invoker_views() == set()
+    migrations.downgrade(empty_engine, "0008")
+    assert "memory_api_keys" not in _tables(empty_engine)
+    migrations.upgrade(empty_engine)
+    assert migrations.check(empty_engine) is None
