@@ -45,6 +45,10 @@ ALL_TENANTS = "*"
 NO_TENANT = ""
 """The setting's value that matches no row."""
 
+ANY_SETTING = "\x00any"
+"""Acted for by work that reads no table under row-level security (the service's key check):
+its connections keep whatever tenant they were set to, and cost no round trip to change it."""
+
 _acting: ContextVar[str | None] = ContextVar("memory_sql_acting_tenant", default=None)
 
 
@@ -72,7 +76,7 @@ def guard_engine(engine: Engine, *, default: str = ALL_TENANTS) -> None:
         tenant = _acting.get()
         if tenant is None:
             tenant = default
-        if record.info.get(SETTING) == tenant:
+        if tenant == ANY_SETTING or record.info.get(SETTING) == tenant:
             return
         # A session-level value, written outside any transaction so that no rollback undoes it;
         # record.info lives as long as this DBAPI connection.
@@ -86,4 +90,12 @@ def guard_engine(engine: Engine, *, default: str = ALL_TENANTS) -> None:
         record.info[SETTING] = tenant
 
 
-__all__ = ["ALL_TENANTS", "NO_TENANT", "SETTING", "acting_for", "acting_tenant", "guard_engine"]
+__all__ = [
+    "ALL_TENANTS",
+    "ANY_SETTING",
+    "NO_TENANT",
+    "SETTING",
+    "acting_for",
+    "acting_tenant",
+    "guard_engine",
+]

@@ -121,11 +121,11 @@ def test_0009_and_0010_go_up_and_down(empty_engine):
     migrations.upgrade(empty_engine)
     assert "memory_api_keys" in _tables(empty_engine)
     if postgres:
-        assert secured() == {table: (True, True) for table in TABLES}
+        assert secured() == dict.fromkeys(TABLES, (True, True))
         assert len(invoker_views()) == 6
     migrations.downgrade(empty_engine, "0009")
     if postgres:
-        assert secured() == {table: (False, False) for table in TABLES}
+        assert secured() == dict.fromkeys(TABLES, (False, False))
         assert invoker_views() == set()
     migrations.downgrade(empty_engine, "0008")
     assert "memory_api_keys" not in _tables(empty_engine)

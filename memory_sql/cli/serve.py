@@ -67,6 +67,7 @@ def serve(
         ) from None
     settings = load_config(config, url)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # /readyz reads the revision
     uvicorn.run(
         create_app(settings, with_worker=with_worker),
         host=host,

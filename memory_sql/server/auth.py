@@ -69,7 +69,7 @@ def _authenticate(request: Request) -> Caller:
 def require(role: str) -> Callable[..., Caller]:
     """A dependency giving the :class:`Caller`, whose key must allow ``role``."""
 
-    def dependency(caller: Annotated[Caller, Depends(_authenticate)]) -> Caller:
+    async def dependency(caller: Annotated[Caller, Depends(_authenticate)]) -> Caller:
         if not caller.key.allows(role):
             raise ApiError(403, "forbidden", f"this key's role ({caller.key.role}) cannot {role}")
         return caller

@@ -30,6 +30,7 @@ from ..errors import MemorySQLError
 from ..models import utcnow
 from ..schema import API_KEY_ROLES, memory_api_keys
 from ..scope import Scope
+from ..tenancy import ANY_SETTING, acting_for
 
 OPERATOR_TENANT = "_operator"
 """The tenant of operator keys: an admin key of it may act for any tenant, explicitly."""
@@ -165,7 +166,13 @@ class KeyChecker:
         key_id, secret = match.groups() if match else ("", token)
         row = None
         if key_id:
-            with database_errors(self.engine, "check an API key"), self.engine.connect() as conn:
+            # The keys are not under row-level security: any pooled connection will do, left
+            # set to whichever tenant it last served (no round trip to change it).
+            with (
+                database_errors(self.engine, "check an API key"),
+                acting_for(ANY_SETTING),
+                self.engine.connect() as conn,
+            ):
                 row = conn.execute(_BY_ID, {"key_id": key_id}).one_or_none()
         stored = row.secret_sha256 if row is not None else _DUMMY_HASH
         matches = hmac.compare_digest(_hash(secret), stored)

@@ -71,7 +71,7 @@ class ServerState:
         self.engine.dispose()
 
 
-def _state(request: Request) -> ServerState:
+async def _state(request: Request) -> ServerState:
     return request.app.state.memory
 
 
