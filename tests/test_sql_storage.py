@@ -114,6 +114,122 @@ def test_an_unchanged_memory_costs_one_primary_key_read(store, scope):
     assert "memory_scopes" in selects[0] and "memory_facts" not in selects[0]
 
 
+class DriverStatements:
+    """Counts the SQL statements the driver itself runs on an engine's pooled connections
+    (those memory_sql sends past SQLAlchemy included): sqlite3's trace callback, a recording
+    psycopg cursor."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self.seen: list[str] = []
+        self.engine = engine
+        self.sqlite = engine.dialect.name == "sqlite"
+        event.listen(engine, "checkout", self._watch)
+        event.listen(engine, "checkin", self._unwatch)
+
+    def _watch(self, dbapi_connection, record, proxy) -> None:
+        if self.sqlite:
+            dbapi_connection.set_trace_callback(self.seen.append)
+            return
+        import psycopg
+
+        seen = self.seen
+
+        class Recording(psycopg.Cursor):
+            def execute(self, query, params=None, **kwargs):
+                seen.append(str(query))
+                return super().execute(query, params, **kwargs)
+
+        dbapi_connection.cursor_factory = Recording
+
+    def _unwatch(self, dbapi_connection, record) -> None:
+        if dbapi_connection is None:
+            return
+        if self.sqlite:
+            dbapi_connection.set_trace_callback(None)
+        else:
+            import psycopg
+
+            dbapi_connection.cursor_factory = psycopg.Cursor
+
+    def close(self) -> None:
+        event.remove(self.engine, "checkout", self._watch)
+        event.remove(self.engine, "checkin", self._unwatch)
+
+    def of_memory(self) -> list[str]:
+        return [s for s in self.seen if "memory_" in s]
+
+
+def test_a_cached_load_by_the_driver_is_one_primary_key_read(store, scope):
+    doc = store.load(**scope)
+    doc.facts = [Fact(content=f"fact {i}") for i in range(20)]
+    store.save(doc, **scope)
+    store.load(**scope)
+    counter = DriverStatements(store.engine)
+    try:
+        loaded = store.load(**scope)
+    finally:
+        counter.close()
+    assert len(loaded.facts) == 20
+    (statement,) = counter.of_memory()
+    assert "memory_scopes" in statement and "memory_facts" not in statement
+    assert not [s for s in counter.seen if s.split()[0].upper() in ("BEGIN", "ROLLBACK")]
+
+
+def test_a_save_by_the_driver_is_one_statement_on_postgresql(store, scope):
+    store.save(MemoryDocument(facts=[Fact(content=f"fact {i}") for i in range(20)]), **scope)
+    doc = store.load(**scope)
+    doc.facts[3] = doc.facts[3].replace(confidence=0.25)
+    counter = DriverStatements(store.engine)
+    try:
+        assert store.save(doc, **scope) == 2
+    finally:
+        counter.close()
+    if store.engine.dialect.name == "postgresql":
+        (statement,) = counter.of_memory()
+        assert statement.lstrip().upper().startswith("WITH")
+    with open_storage(str(store.engine.url.render_as_string(hide_password=False))) as other:
+        (changed,) = [f for f in other.load(**scope).facts if f.confidence == 0.25]
+    assert changed.id == doc.facts[3].id and changed.updated_at is not None
+
+
+def test_a_driver_read_that_fails_is_done_again_by_sqlalchemy(store, scope):
+    store.save(MemoryDocument(facts=[Fact(content="kept")]), **scope)
+    store.load(**scope)
+    store._head_sql = ("SELECT no_such_column FROM memory_scopes", {})
+    store._document_sql = ("SELECT no_such_column FROM memory_facts", {})
+    assert [f.content for f in store.load(**scope).facts] == ["kept"]
+    store._cache.clear()
+    assert [f.content for f in store.load(**scope).facts] == ["kept"]
+
+
+@pytest.mark.postgres
+def test_a_session_in_another_time_zone_still_loads_utc(pg_url, scope):
+    engine = create_engine(pg_url)  # its sessions are UTC: this one's are not
+
+    @event.listens_for(engine, "connect")
+    def _tokyo(dbapi_connection, _record) -> None:
+        dbapi_connection.autocommit = True
+        dbapi_connection.execute("SET TimeZone = 'Asia/Tokyo'")
+        dbapi_connection.autocommit = False
+
+    try:
+        with SQLStorage(engine) as store:
+            with store.engine.connect() as conn:
+                zone = conn.exec_driver_sql("SHOW TimeZone").scalar()
+            assert zone == "Asia/Tokyo"
+            saved = Fact(content="zoned", created_at=dt.datetime(2024, 5, 1, 12, tzinfo=dt.UTC))
+            store.save(MemoryDocument(facts=[saved]), **scope)
+            store._cache.clear()
+            for _ in range(2):  # cold, then from the cache after its version check
+                (fact,) = store.load(**scope).facts
+                assert fact.created_at == saved.created_at
+                assert fact.created_at.tzinfo is dt.timezone.utc
+                assert fact.updated_at.tzinfo is dt.timezone.utc
+            assert len(store._cache) == 1
+    finally:
+        engine.dispose()
+
+
 def _row_versions(store, scope) -> dict[str, str]:
     """PostgreSQL's xmin of the scope's rows: it changes when a row is written."""
     params = {"user": scope["user_id"]}

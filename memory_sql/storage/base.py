@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import datetime
+from operator import attrgetter, is_
 from types import TracebackType
 
 from ..errors import DuplicateFactError
@@ -104,7 +106,7 @@ def _checked_save(
     expected = doc.version if expected_version is None else expected_version
     if expected < 0:
         raise ValueError(f"expected_version must be >= 0, not {expected}")
-    ids = [fact.id for fact in doc.facts]
+    ids = list(map(_ID, doc.facts))
     if len(set(ids)) != len(ids):
         repeated = next(i for i in ids if ids.count(i) > 1)
         raise ValueError(f"memory {scope}: fact id {repeated!r} appears twice")
@@ -131,14 +133,41 @@ class Changes:
 _FACT_FIELDS = ("content", "category", "confidence", "source_thread_id", "source_error")
 
 
+def _moved(base: list[Fact], facts: list[Fact]) -> tuple[list[int], list[int]]:
+    """Where ``facts`` (a document loaded as ``base`` and then changed) stops holding the
+    very objects of ``base`` position by position: the indexes of ``base`` and of ``facts``
+    to compare by id. A fact changed in place, or one appended, leaves every other position
+    alike, found at C speed rather than one fact at a time."""
+    alike = list(map(is_, base, facts))
+    differ: list[int] = []
+    at = -1
+    with suppress(ValueError):  # no position left that differs
+        while len(differ) <= _FEW:
+            at = alike.index(False, at + 1)
+            differ.append(at)
+    if len(differ) > _FEW:  # shifted (a fact taken out or put in early on): compare them all
+        return list(range(len(base))), list(range(len(facts)))
+    tail = len(alike)
+    return differ + list(range(tail, len(base))), differ + list(range(tail, len(facts)))
+
+
+_FEW = 8
+
+
 def diff_documents(base: MemoryDocument, doc: MemoryDocument, now: datetime) -> Changes:
     """The change set from ``base`` to ``doc``, with ``updated_at`` stamped ``now`` on new and
-    changed facts and on changed sections whose ``updated_at`` the caller left as it was."""
-    stored = {fact.id: fact for fact in base.facts}
+    changed facts and on changed sections whose ``updated_at`` the caller left as it was.
+
+    Facts are immutable: one that is the very object ``base`` holds is unchanged, and is
+    not compared field by field."""
+    base_facts, facts = base.facts, doc.facts
+    old_at, new_at = _moved(base_facts, facts)
+    stored = {base_facts[i].id: base_facts[i] for i in old_at}
     changes = Changes()
-    for fact in doc.facts:
+    for i in new_at:
+        fact = facts[i]
         old = stored.pop(fact.id, None)
-        if old is fact:  # facts are immutable: the very object loaded is unchanged
+        if old is fact:
             continue
         if old is None:
             changes.inserted.append(fact.model_copy(update={"updated_at": now}))
@@ -153,7 +182,7 @@ def diff_documents(base: MemoryDocument, doc: MemoryDocument, now: datetime) -> 
     base_sections = base.sections()
     for name, section in doc.sections().items():
         before = base_sections[name]
-        if section != before:
+        if section is not before and section != before:
             stamp = section.updated_at if section.updated_at != before.updated_at else now
             changes.sections[name] = section.model_copy(update={"updated_at": stamp})
     return changes
@@ -173,7 +202,9 @@ def apply_changes(base: MemoryDocument, changes: Changes, version: int) -> Memor
         result.facts = [*base.facts, *inserted]  # new facts, all newer: still in order
     elif not changes.deleted and not inserted:  # an update keeps its creation time: in place
         updated = {fact.id: fact for fact in changes.updated}
-        result.facts = [updated.get(fact.id, fact) for fact in base.facts]
+        facts = result.facts
+        for i in _positions(facts, updated):
+            facts[i] = updated[facts[i].id]
     else:
         facts = {fact.id: fact for fact in base.facts}
         for fact_id in changes.deleted:
@@ -188,6 +219,16 @@ def apply_changes(base: MemoryDocument, changes: Changes, version: int) -> Memor
     return result
 
 
+def _positions(facts: list[Fact], ids: dict[str, Fact]) -> list[int]:
+    """The indexes in ``facts`` of the facts whose ids are keys of ``ids``."""
+    if len(ids) == 1:
+        return [list(map(_ID, facts)).index(next(iter(ids)))]
+    return [i for i, fact_id in enumerate(map(_ID, facts)) if fact_id in ids]
+
+
+_ID = attrgetter("id")
+
+
 def _all_after(facts: list[Fact], later: list[Fact]) -> bool:
     if not facts or not later:
         return True
@@ -195,5 +236,8 @@ def _all_after(facts: list[Fact], later: list[Fact]) -> bool:
     return (last.created_at, last.id) < (first.created_at, first.id)
 
 
+_FACT_ORDER = attrgetter("created_at", "id")
+
+
 def sort_facts(facts: object) -> list[Fact]:
-    return sorted(facts, key=lambda f: (f.created_at, f.id))  # type: ignore[attr-defined]
+    return sorted(facts, key=_FACT_ORDER)  # type: ignore[call-overload]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -177,8 +178,9 @@ def _writable_at_once(changes: Changes) -> bool:
 
 
 # The save of _save_in_one_statement, for PostgreSQL: every write a data-modifying CTE gated on
-# the version check (head), rows passed as arrays, so the text is the same whatever the change
-# and the server plans it once.
+# the version check (head), the rows of each passed as one JSON array of objects (one text
+# parameter the driver sends as it is, where arrays of columns cost a dumper each), so the text
+# is the same whatever the change and the server plans it once.
 _HEAD_UPDATE = """
     UPDATE memory_scopes SET version = version + 1, updated_at = %(now)s
     WHERE tenant_id = %(tenant)s AND user_id = %(user)s AND agent_name = %(agent)s
@@ -190,60 +192,48 @@ _HEAD_INSERT = """
     ON CONFLICT DO NOTHING
     RETURNING created_at"""
 _SCOPED = "tenant_id = %(tenant)s AND user_id = %(user)s AND agent_name = %(agent)s"
+_FACT_RECORD = """fact_id text, content text, content_key text, category text,
+                confidence float8, source_thread_id text, source_error text,
+                created_at timestamptz, updated_at timestamptz"""
 _WRITES = {
     "deleted": f"""
     DELETE FROM memory_facts
     WHERE {_SCOPED} AND fact_id = ANY(%(deleted)s::text[]) AND EXISTS (SELECT FROM head)""",
-    "updated": """
+    "updated": f"""
     UPDATE memory_facts AS f
     SET content = v.content, content_key = v.content_key, category = v.category,
         confidence = v.confidence, source_thread_id = v.source_thread_id,
         source_error = v.source_error, updated_at = v.updated_at
-    FROM unnest(%(u_id)s::text[], %(u_content)s::text[], %(u_key)s::text[],
-                %(u_category)s::text[], %(u_confidence)s::float8[], %(u_thread)s::text[],
-                %(u_error)s::text[], %(u_updated)s::timestamptz[])
-         AS v(fact_id, content, content_key, category, confidence, source_thread_id,
-              source_error, updated_at)
+    FROM json_to_recordset(%(updated)s::json) AS v({_FACT_RECORD})
     WHERE f.tenant_id = %(tenant)s AND f.user_id = %(user)s AND f.agent_name = %(agent)s
-      AND f.fact_id = v.fact_id AND EXISTS (SELECT FROM head)""",
-    "inserted": """
+      AND f.fact_id = ANY(%(updated_ids)s::text[]) AND f.fact_id = v.fact_id
+      AND EXISTS (SELECT FROM head)""",
+    "inserted": f"""
     INSERT INTO memory_facts (tenant_id, user_id, agent_name, fact_id, content, content_key,
                               category, confidence, source_thread_id, source_error,
                               created_at, updated_at)
     SELECT %(tenant)s, %(user)s, %(agent)s, v.*
-    FROM unnest(%(i_id)s::text[], %(i_content)s::text[], %(i_key)s::text[],
-                %(i_category)s::text[], %(i_confidence)s::float8[], %(i_thread)s::text[],
-                %(i_error)s::text[], %(i_created)s::timestamptz[], %(i_updated)s::timestamptz[])
-         AS v
+    FROM json_to_recordset(%(inserted)s::json) AS v({_FACT_RECORD})
     WHERE EXISTS (SELECT FROM head)""",
     "events": """
     INSERT INTO memory_fact_events (tenant_id, user_id, agent_name, version, fact_id, event,
                                     category, confidence, occurred_at)
     SELECT %(tenant)s, %(user)s, %(agent)s, %(version)s, v.fact_id, v.event, v.category,
            v.confidence, %(now)s
-    FROM unnest(%(e_id)s::text[], %(e_event)s::text[], %(e_category)s::text[],
-                %(e_confidence)s::float8[]) AS v(fact_id, event, category, confidence)
+    FROM json_to_recordset(%(events)s::json)
+         AS v(fact_id text, event text, category text, confidence float8)
     WHERE EXISTS (SELECT FROM head)""",
     "sections": """
     INSERT INTO memory_sections (tenant_id, user_id, agent_name, section, summary, updated_at)
     SELECT %(tenant)s, %(user)s, %(agent)s, v.*
-    FROM unnest(%(s_name)s::text[], %(s_summary)s::text[], %(s_updated)s::timestamptz[]) AS v
+    FROM json_to_recordset(%(sections)s::json)
+         AS v(section text, summary text, updated_at timestamptz)
     WHERE EXISTS (SELECT FROM head)
     ON CONFLICT (tenant_id, user_id, agent_name, section)
     DO UPDATE SET summary = excluded.summary, updated_at = excluded.updated_at""",
     "emptied": f"""
     DELETE FROM memory_sections
     WHERE {_SCOPED} AND section = ANY(%(emptied)s::text[]) AND EXISTS (SELECT FROM head)""",
-}
-
-# The parameter whose emptiness tells that a change has nothing for that part to write.
-_WRITES_NEED = {
-    "deleted": "deleted",
-    "updated": "u_id",
-    "inserted": "i_id",
-    "events": "e_id",
-    "sections": "s_name",
-    "emptied": "emptied",
 }
 
 
@@ -256,25 +246,41 @@ def _one_statement_sql(first: bool, writes: tuple[str, ...]) -> str:
     return "WITH " + ",\n".join(ctes) + "\nSELECT created_at FROM head"
 
 
-def _fact_arrays(prefix: str, facts: list[Fact]) -> dict[str, list[Any]]:
-    """The columns of ``facts`` as arrays, named as the one-statement save's parameters."""
-    return {
-        f"{prefix}_id": [f.id for f in facts],
-        f"{prefix}_content": [f.content for f in facts],
-        f"{prefix}_key": [fact_digest(f.content) for f in facts],
-        f"{prefix}_category": [f.category for f in facts],
-        f"{prefix}_confidence": [f.confidence for f in facts],
-        f"{prefix}_thread": [f.source_thread_id for f in facts],
-        f"{prefix}_error": [f.source_error for f in facts],
-        f"{prefix}_created": [f.created_at for f in facts],
-        f"{prefix}_updated": [f.updated_at for f in facts],
-    }
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat()
+
+
+def _fact_records(facts: list[Fact]) -> str | None:
+    """``facts`` as the JSON rows of the one-statement save (None: no rows)."""
+    if not facts:
+        return None
+    return _json(
+        [
+            {
+                "fact_id": f.id,
+                "content": f.content,
+                "content_key": fact_digest(f.content),
+                "category": f.category,
+                "confidence": f.confidence,
+                "source_thread_id": f.source_thread_id,
+                "source_error": f.source_error,
+                "created_at": _iso(f.created_at),
+                "updated_at": _iso(f.updated_at),
+            }
+            for f in facts
+        ]
+    )
+
+
+# Compact, and exact for every float (repr, which PostgreSQL's float8 input reads back as the
+# same double); Unicode as it is.
+_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 
 
 def _one_statement_parameters(
     scope: Scope, changes: Changes, expected: int, created_at: datetime, now: datetime
 ) -> dict[str, Any]:
-    updated, inserted = changes.updated, changes.inserted
+    """The parameters of the one-statement save; a part with nothing to write gets None."""
     events = _event_rows(scope, changes, expected + 1, now)
     kept = {n: s for n, s in changes.sections.items() if s.summary or s.updated_at is not None}
     return {
@@ -285,17 +291,26 @@ def _one_statement_parameters(
         "expected": expected,
         "created_at": created_at,
         "version": expected + 1,
-        "deleted": changes.deleted,
-        **_fact_arrays("u", updated),
-        **_fact_arrays("i", inserted),
-        "e_id": [e["fact_id"] for e in events],
-        "e_event": [e["event"] for e in events],
-        "e_category": [e["category"] for e in events],
-        "e_confidence": [e["confidence"] for e in events],
-        "s_name": list(kept),
-        "s_summary": [s.summary for s in kept.values()],
-        "s_updated": [s.updated_at for s in kept.values()],
-        "emptied": [n for n in changes.sections if n not in kept],
+        "deleted": changes.deleted or None,
+        "updated": _fact_records(changes.updated),
+        # The primary key of the rows to update, so that the server looks them up one by one
+        # rather than joining the records to all the scope's facts.
+        "updated_ids": [f.id for f in changes.updated],
+        "inserted": _fact_records(changes.inserted),
+        "events": _json(
+            [{k: e[k] for k in ("fact_id", "event", "category", "confidence")} for e in events]
+        )
+        if events
+        else None,
+        "sections": _json(
+            [
+                {"section": n, "summary": s.summary, "updated_at": _iso(s.updated_at)}
+                for n, s in kept.items()
+            ]
+        )
+        if kept
+        else None,
+        "emptied": [n for n in changes.sections if n not in kept] or None,
     }
 
 
@@ -535,7 +550,7 @@ class SQLStorage(MemoryStorage):
             return None
         new_version = expected_version + 1
         parameters = _one_statement_parameters(scope, changes, expected_version, created_at, now)
-        writes = tuple(name for name in _WRITES if parameters[_WRITES_NEED[name]])
+        writes = tuple(name for name in _WRITES if parameters[name] is not None)
         statement = _one_statement_sql(expected_version == 0, writes)
         with self._errors(scope, doc):
             if self._unobserved():
