@@ -325,9 +325,10 @@ def trusted_fact(
     return fact
 
 
-def _copied(model: _M, **values: Any) -> _M:
-    """A shallow copy of ``model`` (with ``values`` in place of some fields), valid as it is
-    and so not validated again: what ``model_copy`` does, at a third of its cost."""
+def copy_model(model: _M, **values: Any) -> _M:
+    """A shallow copy of ``model`` with ``values`` in place of some fields, none of them
+    validated: what ``model_copy(update=values)`` does, at a third of its cost. Only for
+    values that are valid already (what the store holds, computed by the store)."""
     copy = _new_object(type(model))
     _set_attribute(copy, "__dict__", {**model.__dict__, **values})
     _set_attribute(copy, "__pydantic_fields_set__", set(model.__pydantic_fields_set__))
@@ -364,11 +365,13 @@ class MemoryDocument(_Model):
         facts are immutable, so the copy has a new list of the same facts (and new
         sections, the only other mutable parts)."""
         user, history = self.user, self.history
-        return _copied(
+        return copy_model(
             self,
-            user=_copied(user, **{name: _copied(getattr(user, name)) for name in USER_SECTIONS}),
-            history=_copied(
-                history, **{name: _copied(getattr(history, name)) for name in HISTORY_SECTIONS}
+            user=copy_model(
+                user, **{name: copy_model(getattr(user, name)) for name in USER_SECTIONS}
+            ),
+            history=copy_model(
+                history, **{name: copy_model(getattr(history, name)) for name in HISTORY_SECTIONS}
             ),
             facts=list(self.facts),
         )

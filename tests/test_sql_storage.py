@@ -230,6 +230,27 @@ def test_a_session_in_another_time_zone_still_loads_utc(pg_url, scope):
         engine.dispose()
 
 
+def test_sqlite_timestamps_written_by_other_tools_load_as_utc(sqlite_url, scope):
+    with open_storage(sqlite_url) as store:
+        store.save(MemoryDocument(facts=[Fact(content="ours")]), **scope)
+        row = _raw_fact(scope, "theirs", "written by another tool")
+        with store.engine.begin() as conn:
+            conn.execute(sa.insert(memory_facts).values(row))
+            conn.execute(
+                sa.text(
+                    "UPDATE memory_facts SET created_at = '2024-05-01T14:00:00+02:00',"
+                    " updated_at = '2024-05-02T09:30:00Z' WHERE fact_id = 'theirs'"
+                )
+            )
+        store._cache.clear()
+        facts = {f.id: f for f in store.load(**scope).facts}
+    theirs = facts["theirs"]
+    assert theirs.created_at == dt.datetime(2024, 5, 1, 12, tzinfo=dt.timezone.utc)
+    assert theirs.updated_at == dt.datetime(2024, 5, 2, 9, 30, tzinfo=dt.timezone.utc)
+    assert theirs.created_at.tzinfo is theirs.updated_at.tzinfo is dt.timezone.utc
+    assert list(facts)[0] == "theirs"  # the oldest first
+
+
 def _row_versions(store, scope) -> dict[str, str]:
     """PostgreSQL's xmin of the scope's rows: it changes when a row is written."""
     params = {"user": scope["user_id"]}

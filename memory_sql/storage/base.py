@@ -10,7 +10,7 @@ from operator import attrgetter, is_
 from types import TracebackType
 
 from ..errors import DuplicateFactError
-from ..models import Fact, MemoryDocument, Section
+from ..models import Fact, MemoryDocument, Section, copy_model
 from ..scope import Scope
 
 
@@ -194,29 +194,40 @@ def check_duplicates(scope: Scope, doc: MemoryDocument) -> None:
         raise DuplicateFactError(str(scope), duplicate.content)
 
 
-def apply_changes(base: MemoryDocument, changes: Changes, version: int) -> MemoryDocument:
-    """``base`` with ``changes`` applied, at ``version``: what the store now holds."""
-    result = base.clone()
+def apply_changes(
+    base: MemoryDocument,
+    changes: Changes,
+    version: int,
+    last_updated: datetime | None = None,
+) -> MemoryDocument:
+    """``base`` with ``changes`` applied, at ``version`` (and ``last_updated``, if given):
+    what the store now holds. ``base`` is left as it was; the result shares with it the
+    (immutable) facts and the sections the changes leave alone, as cached documents may
+    (they are never handed out, only their :meth:`~MemoryDocument.clone`)."""
     inserted = sort_facts(changes.inserted)
     if not changes.deleted and not changes.updated and _all_after(base.facts, inserted):
-        result.facts = [*base.facts, *inserted]  # new facts, all newer: still in order
+        facts = [*base.facts, *inserted]  # new facts, all newer: still in order
     elif not changes.deleted and not inserted:  # an update keeps its creation time: in place
+        facts = list(base.facts)
         updated = {fact.id: fact for fact in changes.updated}
-        facts = result.facts
         for i in _positions(facts, updated):
             facts[i] = updated[facts[i].id]
     else:
-        facts = {fact.id: fact for fact in base.facts}
+        by_id = {fact.id: fact for fact in base.facts}
         for fact_id in changes.deleted:
-            del facts[fact_id]
+            del by_id[fact_id]
         for fact in (*changes.updated, *inserted):
-            facts[fact.id] = fact
-        result.facts = sort_facts(facts.values())
-    for name, section in changes.sections.items():
-        group = result.user if hasattr(result.user, name) else result.history
-        setattr(group, name, section)
-    result.version = version
-    return result
+            by_id[fact.id] = fact
+        facts = sort_facts(by_id.values())
+    stamped: dict[str, object] = {"version": version, "facts": facts}
+    if last_updated is not None:
+        stamped["last_updated"] = last_updated
+    if changes.sections:
+        user, history = copy_model(base.user), copy_model(base.history)
+        for name, section in changes.sections.items():
+            setattr(user if hasattr(user, name) else history, name, section)
+        stamped.update(user=user, history=history)
+    return copy_model(base, **stamped)
 
 
 def _positions(facts: list[Fact], ids: dict[str, Fact]) -> list[int]:

@@ -99,8 +99,7 @@ class FileStorage(MemoryStorage):
             changes = diff_documents(base, doc, now)
             if not changes:
                 return expected_version
-            stored = apply_changes(base, changes, expected_version + 1)
-            stored.last_updated = now
+            stored = apply_changes(base, changes, expected_version + 1, now)
             self._write(scope, stored)
         return stored.version
 
