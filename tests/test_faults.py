@@ -189,3 +189,24 @@ def test_sigterm_during_the_wait_for_the_database_exits_cleanly(private_pg, memo
     assert code == 0, output
     assert took < 10
     assert "stopped before starting" in output
+
+
+def test_a_stopped_database_gives_storage_errors_not_driver_errors(private_pg, memory_url):
+    """Every storage call on a database that stopped raises StorageError naming the URL (the
+    driver's fast path included: its connect error is the driver's own, not SQLAlchemy's)."""
+    from memory_sql import Fact, MemoryDocument, StorageError
+    from memory_sql.storage import SQLStorage
+
+    with SQLStorage(create_engine(memory_url)) as storage:
+        storage.save(MemoryDocument(facts=[Fact(content="Before")]), user_id="u1")
+        assert [f.content for f in storage.load(user_id="u1").facts] == ["Before"]
+        private_pg.stop()
+        for call in (
+            lambda: storage.load(user_id="u1"),
+            lambda: storage.load(user_id="u2"),
+            lambda: storage.save(MemoryDocument(facts=[Fact(content="During")]), user_id="u3"),
+        ):
+            with pytest.raises(StorageError, match="connection refused"):
+                call()
+        private_pg.start()
+        assert [f.content for f in storage.load(user_id="u1").facts] == ["Before"]

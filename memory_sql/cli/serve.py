@@ -60,13 +60,18 @@ def serve(
         import uvicorn
 
         from ..server.app import create_app
+        from ..server.requests import RequestIdFilter
     except ImportError as exc:
         raise ConfigError(
             f"the HTTP service needs the server extra ({exc.name} is missing): "
             "pip install 'memory-sql[server]'"
         ) from None
     settings = load_config(config, url)
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"
+    )
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(RequestIdFilter())
     logging.getLogger("alembic").setLevel(logging.WARNING)  # /readyz reads the revision
     uvicorn.run(
         create_app(settings, with_worker=with_worker),

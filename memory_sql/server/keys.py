@@ -10,6 +10,11 @@ Roles, each including the one before: ``read`` (memories, facts, history, report
 ``write`` (conversations, facts, imports), ``admin`` (forgetting a user, requeueing updates).
 An ``admin`` key of :data:`OPERATOR_TENANT` acts for the tenant a request names in the
 ``X-Memory-Tenant`` header, any tenant, and every such request is logged.
+
+Every request's key is looked up (a revoked key is refused at once), except while the database
+cannot be reached: then a key this process saw live within :data:`OUTAGE_GRACE` is still
+taken, so that conversations posted during an outage are spooled (as the library's
+``after_agent`` does) instead of refused; reads and writes of memories fail with the database.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from ..database import database_errors
-from ..errors import MemorySQLError
+from ..errors import MemorySQLError, StorageError
 from ..models import utcnow
 from ..schema import API_KEY_ROLES, memory_api_keys
 from ..scope import Scope
@@ -40,6 +45,8 @@ _TOKEN = re.compile(r"msk_([0-9a-f]{16})_([A-Za-z0-9_-]{43})")
 _DUMMY_HASH = hashlib.sha256(b"no such key").hexdigest()
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 """``last_used_at`` is written at most this often per key and process (not on every request)."""
+OUTAGE_GRACE = timedelta(minutes=15)
+"""How long after its last successful check a key is still taken while the database is down."""
 
 
 class KeyNotFoundError(MemorySQLError, LookupError):
@@ -155,32 +162,54 @@ class KeyChecker:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._last_written: dict[str, datetime] = {}
+        # key id -> (secret hash, key, when last found live): for outages only.
+        self._seen_live: dict[str, tuple[str, ApiKey, datetime]] = {}
 
     def check(self, token: str) -> ApiKey | None:
         """The live key ``token`` is the secret text of, or None (unknown, wrong or revoked).
 
         Raises:
-            StorageError: the database failed.
+            StorageError: the database failed, and the key was not seen live here within
+                :data:`OUTAGE_GRACE`.
         """
         match = _TOKEN.fullmatch(token)
         key_id, secret = match.groups() if match else ("", token)
         row = None
         if key_id:
-            # The keys are not under row-level security: any pooled connection will do, left
-            # set to whichever tenant it last served (no round trip to change it).
-            with (
-                database_errors(self.engine, "check an API key"),
-                acting_for(ANY_SETTING),
-                self.engine.connect() as conn,
-            ):
-                row = conn.execute(_BY_ID, {"key_id": key_id}).one_or_none()
+            try:
+                row = self._lookup(key_id)
+            except StorageError:
+                key = self._seen_during_outage(key_id, secret)
+                if key is None:
+                    raise
+                return key
         stored = row.secret_sha256 if row is not None else _DUMMY_HASH
         matches = hmac.compare_digest(_hash(secret), stored)
         if row is None or not matches or row.revoked_at is not None:
+            self._seen_live.pop(key_id, None)
             return None
         key = ApiKey(*row[: len(_COLUMNS)])
+        self._seen_live[key_id] = (stored, key, utcnow())
         self._touch(key)
         return key
+
+    def _lookup(self, key_id: str) -> Any:
+        # The keys are not under row-level security: any pooled connection will do, left set
+        # to whichever tenant it last served (no round trip to change it).
+        with (
+            database_errors(self.engine, "check an API key"),
+            acting_for(ANY_SETTING),
+            self.engine.connect() as conn,
+        ):
+            return conn.execute(_BY_ID, {"key_id": key_id}).one_or_none()
+
+    def _seen_during_outage(self, key_id: str, secret: str) -> ApiKey | None:
+        seen = self._seen_live.get(key_id)
+        if seen is None or utcnow() - seen[2] > OUTAGE_GRACE:
+            return None
+        if not hmac.compare_digest(_hash(secret), seen[0]):
+            return None
+        return seen[1]
 
     def _touch(self, key: ApiKey) -> None:
         now = utcnow()

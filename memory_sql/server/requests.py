@@ -1,7 +1,8 @@
 """The ASGI middleware every request passes: its id, the body-size limit, metrics and the log.
 
 - A request id: the client's ``X-Request-ID`` when it is short and plain, else a new one;
-  answered in ``X-Request-ID`` and carried by every log line of the request.
+  answered in ``X-Request-ID``, and given to every log record made while the request runs
+  (:class:`RequestIdFilter` puts it in ``record.request_id``; ``-`` outside requests).
 - A body over ``server_max_body_bytes`` is refused with 413 naming the limit, from its
   ``Content-Length`` before it is read, or as soon as a streamed body passes the limit.
 - One access-log line per request (``memory_sql.server.access``, JSON): method, route
@@ -16,6 +17,7 @@ import logging
 import re
 import time
 import uuid
+from contextvars import ContextVar
 from typing import Any
 
 from starlette.exceptions import HTTPException
@@ -26,6 +28,15 @@ from .errors import error_response
 access_log = logging.getLogger("memory_sql.server.access")
 
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+_current_request: ContextVar[str] = ContextVar("memory_sql_request_id", default="-")
+
+
+class RequestIdFilter(logging.Filter):
+    """Adds ``request_id`` to every record (for a format's ``%(request_id)s``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.request_id = _current_request.get()
+        return True
 
 
 class RequestMiddleware:
@@ -44,6 +55,7 @@ class RequestMiddleware:
         request_id = given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
         state = scope.setdefault("state", {})
         state["request_id"] = request_id
+        token = _current_request.set(request_id)
         status = [500]
 
         async def send_with_id(message: Message) -> None:
@@ -60,23 +72,28 @@ class RequestMiddleware:
             length = int(headers.get("content-length", "0") or 0)
         except ValueError:
             length = 0
-        if length > self.max_body_bytes:
-            response = error_response(413, "too_large", self._too_large(length))
-            await response(scope, receive, send_with_id)
-        else:
-            await self.app(scope, self._limited(receive), send_with_id)
-        elapsed = time.perf_counter() - started
-        route = scope.get("route")
-        template = getattr(route, "path", None) or "unmatched"
-        self.metrics.observe_request(scope["method"], template, status[0], elapsed)
+        try:
+            if length > self.max_body_bytes:
+                response = error_response(413, "too_large", self._too_large(length))
+                await response(scope, receive, send_with_id)
+            else:
+                await self.app(scope, self._limited(receive), send_with_id)
+        finally:
+            self._record(scope, state, status[0], time.perf_counter() - started)
+            _current_request.reset(token)
+
+    def _record(self, scope: Scope, state: dict[str, Any], status: int, elapsed: float) -> None:
+        """The request's metrics and its access-log line (also when it raised: then 500)."""
+        template = getattr(scope.get("route"), "path", None) or "unmatched"
+        self.metrics.observe_request(scope["method"], template, status, elapsed)
         access_log.info(
             "%s",
             json.dumps(
                 {
-                    "request_id": request_id,
+                    "request_id": state["request_id"],
                     "method": scope["method"],
                     "route": template,
-                    "status": status[0],
+                    "status": status,
                     "ms": round(elapsed * 1000, 2),
                     "key_id": state.get("key_id"),
                     "tenant": state.get("tenant_id"),

@@ -700,8 +700,14 @@ class SQLStorage(MemoryStorage):
         """A pooled connection of the driver itself (checked out through the pool, so its
         checkout hooks run), in autocommit for its statements. A driver error raises
         :class:`_Fallback` or, with ``raising``, SQLAlchemy's wrapper of it; a connection
-        found dead is discarded."""
-        fairy = self.engine.raw_connection()
+        found dead is discarded. A connection not to be had raises SQLAlchemy's wrapper of the
+        driver's error, as ``engine.connect()`` would (the pool hands the raw one on)."""
+        try:
+            fairy = self.engine.raw_connection()
+        except self._driver_error as exc:
+            raise sa_exc.DBAPIError.instance(
+                None, None, exc, self._driver_error, dialect=self.engine.dialect
+            ) from exc
         try:
             dbapi = fairy.driver_connection
             try:

@@ -45,10 +45,9 @@ def llm() -> Iterator[ScriptedLLM]:
         yield server
 
 
-@pytest.fixture
-def service_settings(database_url: str, llm: ScriptedLLM) -> dict[str, Any]:
+def service_settings_for(llm: ScriptedLLM) -> dict[str, Any]:
+    """The settings of a service whose memory LLM is ``llm``: no debounce, a sweep a second."""
     return {
-        "storage": database_url,
         "model_name": "test-model",
         "llm_base_url": llm.base_url,
         "llm_api_key": "sk-test",
@@ -58,6 +57,11 @@ def service_settings(database_url: str, llm: ScriptedLLM) -> dict[str, Any]:
         "sweep_interval_seconds": 1.0,
         "token_counting": False,
     }
+
+
+@pytest.fixture
+def service_settings(database_url: str, llm: ScriptedLLM) -> dict[str, Any]:
+    return {**service_settings_for(llm), "storage": database_url}
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """Hostile requests get the right 4xx with the error shape, and change nothing stored:
 oversized bodies, 10 000 messages, NUL and lone surrogates, wrong types, unknown fields, bad
-JSON. A database that stops answering gets 503, never a traceback."""
+JSON."""
 
 from __future__ import annotations
 
@@ -197,32 +197,3 @@ def test_hostile_requests_are_refused_and_change_nothing(http):
         assert named.lower() in message.lower(), (case.id, message)
         assert code in {"too_large", "invalid_request", "invalid_memory"}, case.id
         assert snapshot(http) == before, case.id
-
-
-@pytest.mark.slow
-def test_a_database_that_stops_answering_gets_503(private_pg, tmp_path, start_service):
-    from memory_sql import migrations
-    from memory_sql.database import create_engine
-    from memory_sql.server.keys import create_key
-
-    url = private_pg.url_for("memory")
-    private_pg.create_database("memory")
-    migrations.upgrade(url)
-    engine = create_engine(url)
-    key = create_key(engine, tenant_id="acme", role="write")[1]
-    engine.dispose()
-    service = start_service(storage=url, with_worker=False)
-    with service.client(key) as client:
-        assert client.post("/v1/users/u1/facts", json={"content": "Before"}).status_code == 201
-        private_pg.stop()
-        for response in (
-            client.get("/v1/users/u1/facts"),
-            client.post("/v1/users/u1/facts", json={"content": "During"}),
-            client.get("/readyz"),
-        ):
-            assert error_of(response)[:2] == (503, "database_unavailable")
-        private_pg.start()
-        facts = client.get("/v1/users/u1/facts")
-        assert facts.status_code == 200, facts.text
-        assert [f["content"] for f in facts.json()["facts"]] == ["Before"]
-    assert "Traceback" not in service.log.split("database:")[0]
