@@ -86,6 +86,28 @@ _REPORTED_ORDER = (
 )
 
 
+def memory_exists(
+    engine: Engine, user_id: str, *, agent_name: str | None = None, tenant_id: str | None = None
+) -> bool:
+    """Whether ``user_id`` of ``tenant_id`` has a stored memory (of ``agent_name``; of any
+    agent when None).
+
+    Raises:
+        InvalidScopeError: a name is malformed.
+        StorageError: the database failed.
+    """
+    scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=tenant_id)
+    conditions = [
+        memory_scopes.c.tenant_id == scope.tenant_id,
+        memory_scopes.c.user_id == scope.user_id,
+    ]
+    if agent_name is not None:
+        conditions.append(memory_scopes.c.agent_name == scope.agent_key)
+    statement = sa.select(sa.literal(1)).where(*conditions).limit(1)
+    with database_errors(engine, f"read the memories of {scope}"), engine.connect() as conn:
+        return conn.execute(statement).first() is not None
+
+
 def forget_user(engine: Engine, user_id: str, *, tenant_id: str = "default") -> dict[str, int]:
     """Delete every row of ``user_id`` in ``tenant_id`` — all memories (any agent), their
     sections and facts, waiting updates and the fact history — in one transaction.
@@ -689,6 +711,7 @@ __all__ = [
     "import_memory",
     "import_scoped",
     "iter_jsonl",
+    "memory_exists",
     "parse_memory",
     "read_jsonl",
     "remove_fact",

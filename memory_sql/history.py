@@ -10,6 +10,7 @@ removed fact is gone with it (forgetting means forgetting). Events are ordered b
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import sqlalchemy as sa
@@ -49,6 +50,8 @@ def change_log(
     """
     if limit < 1:
         raise ValueError(f"limit must be at least 1, not {limit}")
+    if fact_id is not None and ("\x00" in fact_id or len(fact_id) > 64):
+        return [], None  # no fact has such an id (and PostgreSQL text cannot hold a NUL)
     statement = (
         sa.select(*_COLUMNS)
         .where(
@@ -86,11 +89,15 @@ def change_log(
     return page, f"{page[-1]['version']}:{page[-1]['fact_id']}" if more else None
 
 
+_CURSOR = re.compile(r"([0-9]{1,10}):([^\x00]{1,64})")
+_MAX_VERSION = 2**31 - 1  # the version column is a 32-bit integer
+
+
 def _cursor(text: str) -> tuple[int, str]:
-    version, _, fact_id = text.partition(":")
-    if not version.isdigit() or not fact_id or len(version) > 12:
+    match = _CURSOR.fullmatch(text)
+    if match is None or int(match.group(1)) > _MAX_VERSION:
         raise ValueError(f"cursor must be <version>:<fact id> as a page gave it, not {text!r}")
-    return int(version), fact_id
+    return int(match.group(1)), match.group(2)
 
 
 __all__ = ["change_log"]

@@ -33,8 +33,10 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
+import psycopg
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DisconnectionError
 
 SETTING = "memory_sql.tenant_id"
 """The PostgreSQL setting the policies compare ``tenant_id`` to."""
@@ -45,9 +47,7 @@ ALL_TENANTS = "*"
 NO_TENANT = ""
 """The setting's value that matches no row."""
 
-ANY_SETTING = "\x00any"
-"""Acted for by work that reads no table under row-level security (the service's key check):
-its connections keep whatever tenant they were set to, and cost no round trip to change it."""
+_AS_IT_IS = "\x00as it is"  # acted for by work that reads no table under row-level security
 
 _acting: ContextVar[str | None] = ContextVar("memory_sql_acting_tenant", default=None)
 
@@ -62,9 +62,16 @@ def acting_for(tenant_id: str) -> Iterator[None]:
         _acting.reset(token)
 
 
-def acting_tenant() -> str | None:
-    """The tenant :func:`acting_for` set here, or None outside it."""
-    return _acting.get()
+@contextmanager
+def outside_row_security() -> Iterator[None]:
+    """For work that reads no table under row-level security (the service's key check): the
+    connections checked out in this block keep whatever tenant they were set to, at no round
+    trip. Never for a memory table: a query there would see that last tenant's rows."""
+    token = _acting.set(_AS_IT_IS)
+    try:
+        yield
+    finally:
+        _acting.reset(token)
 
 
 def guard_engine(engine: Engine, *, default: str = ALL_TENANTS) -> None:
@@ -76,26 +83,27 @@ def guard_engine(engine: Engine, *, default: str = ALL_TENANTS) -> None:
         tenant = _acting.get()
         if tenant is None:
             tenant = default
-        if tenant == ANY_SETTING or record.info.get(SETTING) == tenant:
+        if tenant == _AS_IT_IS or record.info.get(SETTING) == tenant:
             return
         # A session-level value, written outside any transaction so that no rollback undoes it;
         # record.info lives as long as this DBAPI connection.
         autocommit = dbapi_connection.autocommit
-        dbapi_connection.autocommit = True
         try:
+            dbapi_connection.autocommit = True
             with dbapi_connection.cursor() as cursor:
                 cursor.execute("SELECT set_config(%s, %s, false)", (SETTING, tenant))
-        finally:
             dbapi_connection.autocommit = autocommit
+        except psycopg.Error as exc:
+            # A pooled connection found dead: the pool discards it and checks out another.
+            raise DisconnectionError(f"cannot set {SETTING}: {exc}") from exc
         record.info[SETTING] = tenant
 
 
 __all__ = [
     "ALL_TENANTS",
-    "ANY_SETTING",
     "NO_TENANT",
     "SETTING",
     "acting_for",
-    "acting_tenant",
     "guard_engine",
+    "outside_row_security",
 ]

@@ -1,8 +1,9 @@
 """Every error the service answers, as ``{"error": {"code": …, "message": …}}`` with its status.
 
 :class:`ApiError` is raised by the routes; the library's own exceptions are mapped here once,
-so a route never catches them to translate. Nothing answers with a traceback: an unexpected
-exception is logged with the request id and answered 500.
+so a route never catches them to translate. Nothing answers with a traceback, nor with the
+database's own message: an unexpected exception is logged with the request id and answered 500
+(by :mod:`.requests`, so the answer still carries the id).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import (
@@ -56,7 +58,8 @@ def error_response(
     )
 
 
-# (exception class, status, code), the first match wins: subclasses before their bases.
+# (exception class, status, code), the first match wins: subclasses before their bases. The
+# database's own errors are not among them: see _storage_error.
 _LIBRARY_ERRORS: tuple[tuple[type[BaseException], int, str], ...] = (
     (VersionConflictError, 409, "version_conflict"),
     (DuplicateFactError, 409, "duplicate_fact"),
@@ -66,8 +69,6 @@ _LIBRARY_ERRORS: tuple[tuple[type[BaseException], int, str], ...] = (
     (InvalidMessageError, 400, "invalid_request"),
     (ImportFileError, 422, "invalid_memory"),
     (InvalidUpdateError, 422, "invalid_memory"),
-    (SchemaOutOfDateError, 503, "schema_out_of_date"),
-    (StorageError, 503, "database_unavailable"),
     (ValueError, 400, "invalid_request"),  # the library's documented bad-input errors
 )
 
@@ -88,26 +89,41 @@ def install(app: FastAPI) -> None:
         code = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}.get(
             exc.status_code, "http_error"
         )
-        return error_response(exc.status_code, code, str(exc.detail))
+        return error_response(exc.status_code, code, str(exc.detail), exc.headers)
 
     for cls, status, code in _LIBRARY_ERRORS:
         app.add_exception_handler(cls, _library_handler(status, code))
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        request_id = getattr(request.state, "request_id", "-")
-        logger.error("request %s failed", request_id, exc_info=exc)
-        return error_response(500, "internal", f"internal error (request id {request_id})")
+    app.add_exception_handler(StorageError, _storage_error)
+    app.add_exception_handler(SchemaOutOfDateError, _storage_error)
 
 
 def _library_handler(status: int, code: str) -> Any:
     async def handle(_request: Request, exc: Exception) -> JSONResponse:
-        message = " ".join(str(exc).split())
-        if status == 503:
-            logger.warning("database: %s", message)
-        return error_response(status, code, message)
+        return error_response(status, code, " ".join(str(exc).split()))
 
     return handle
+
+
+async def _storage_error(request: Request, exc: Exception) -> JSONResponse:
+    """The database failed: 503 when it cannot be reached, answers too slowly, or its schema is
+    behind (try again later), else 500 (a bug or a misconfiguration). Neither says more than
+    the request id to the client: the database's own message, with its host and names, goes
+    to the log."""
+    request_id = getattr(request.state, "request_id", "-")
+    detail = " ".join(str(exc).split())
+    cause = exc.__cause__
+    if isinstance(exc, SchemaOutOfDateError) or isinstance(cause, sa_exc.OperationalError):
+        logger.warning("database unavailable: %s", detail)
+        return error_response(
+            503, "database_unavailable", f"the database is unavailable (request id {request_id})"
+        )
+    logger.error("database error: %s", detail)
+    return internal_error(request_id)
+
+
+def internal_error(request_id: str) -> JSONResponse:
+    """500, naming only the request id (the log has the rest)."""
+    return error_response(500, "internal", f"internal error (request id {request_id})")
 
 
 def describe(errors: Any) -> str:

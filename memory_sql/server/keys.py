@@ -30,12 +30,12 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from ..database import database_errors
+from ..database import database_errors, reconnecting
 from ..errors import MemorySQLError, StorageError
 from ..models import utcnow
 from ..schema import API_KEY_ROLES, memory_api_keys
 from ..scope import Scope
-from ..tenancy import ANY_SETTING, acting_for
+from ..tenancy import outside_row_security
 
 OPERATOR_TENANT = "_operator"
 """The tenant of operator keys: an admin key of it may act for any tenant, explicitly."""
@@ -193,12 +193,13 @@ class KeyChecker:
         self._touch(key)
         return key
 
+    @reconnecting
     def _lookup(self, key_id: str) -> Any:
         # The keys are not under row-level security: any pooled connection will do, left set
         # to whichever tenant it last served (no round trip to change it).
         with (
             database_errors(self.engine, "check an API key"),
-            acting_for(ANY_SETTING),
+            outside_row_security(),
             self.engine.connect() as conn,
         ):
             return conn.execute(_BY_ID, {"key_id": key_id}).one_or_none()
@@ -217,7 +218,11 @@ class KeyChecker:
         if last is not None and now - last < LAST_USED_RESOLUTION:
             return
         self._last_written[key.key_id] = now
-        with database_errors(self.engine, "record an API key's use"), self.engine.begin() as conn:
+        with (
+            database_errors(self.engine, "record an API key's use"),
+            outside_row_security(),
+            self.engine.begin() as conn,
+        ):
             conn.execute(
                 memory_api_keys.update()
                 .where(memory_api_keys.c.key_id == key.key_id)

@@ -5,6 +5,7 @@
   (:class:`RequestIdFilter` puts it in ``record.request_id``; ``-`` outside requests).
 - A body over ``server_max_body_bytes`` is refused with 413 naming the limit, from its
   ``Content-Length`` before it is read, or as soon as a streamed body passes the limit.
+- An exception no handler took is logged with the request id and answered 500 naming the id.
 - One access-log line per request (``memory_sql.server.access``, JSON): method, route
   template (never the path, which holds user ids), status, duration, key id and tenant.
   No secrets and no message text.
@@ -23,9 +24,10 @@ from typing import Any
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .errors import error_response
+from .errors import error_response, internal_error
 
 access_log = logging.getLogger("memory_sql.server.access")
+logger = logging.getLogger("memory_sql.server")
 
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 _current_request: ContextVar[str] = ContextVar("memory_sql_request_id", default="-")
@@ -72,12 +74,23 @@ class RequestMiddleware:
             length = int(headers.get("content-length", "0") or 0)
         except ValueError:
             length = 0
+        started_response = [False]
+
+        async def send_tracked(message: Message) -> None:
+            started_response[0] = True
+            await send_with_id(message)
+
         try:
             if length > self.max_body_bytes:
                 response = error_response(413, "too_large", self._too_large(length))
                 await response(scope, receive, send_with_id)
             else:
-                await self.app(scope, self._limited(receive), send_with_id)
+                await self.app(scope, self._limited(receive), send_tracked)
+        except Exception:
+            logger.exception("request %s failed", request_id)
+            if started_response[0]:
+                raise  # a streamed body broke off: nothing can be answered any more
+            await internal_error(request_id)(scope, receive, send_with_id)
         finally:
             self._record(scope, state, status[0], time.perf_counter() - started)
             _current_request.reset(token)

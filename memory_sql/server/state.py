@@ -8,9 +8,11 @@ checker and the metrics.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Annotated
 
+import sqlalchemy as sa
 from fastapi import Depends, Request
 from sqlalchemy.engine import Engine
 
@@ -24,6 +26,8 @@ from ..tenancy import NO_TENANT
 from .keys import KeyChecker
 from .metrics import Metrics
 
+logger = logging.getLogger("memory_sql.server")
+
 
 @dataclass
 class ServerState:
@@ -36,6 +40,7 @@ class ServerState:
     keys: KeyChecker
     metrics: Metrics
     with_worker: bool
+    head_revision: str
 
     @classmethod
     def open(cls, config: MemoryConfig, metrics: Metrics, *, with_worker: bool) -> ServerState:
@@ -63,12 +68,42 @@ class ServerState:
             raise
         service.on_result = metrics.observe_update
         metrics.watch(service)
-        return cls(config, engine, storage, service, KeyChecker(engine), metrics, with_worker)
+        _warn_if_row_security_is_bypassed(engine)
+        return cls(
+            config,
+            engine,
+            storage,
+            service,
+            KeyChecker(engine),
+            metrics,
+            with_worker,
+            migrations.head_revision(),
+        )
 
     def close(self) -> None:
         self.service.close()
         self.storage.close()
         self.engine.dispose()
+
+
+def _warn_if_row_security_is_bypassed(engine: Engine) -> None:
+    """Say so when the service connects to PostgreSQL as a role row-level security does not
+    hold (a superuser, BYPASSRLS): isolation then rests on the queries' filters alone."""
+    if engine.dialect.name != "postgresql":
+        return
+    with engine.connect() as conn:
+        role, bypasses = conn.execute(
+            sa.text(
+                "SELECT rolname, rolsuper OR rolbypassrls FROM pg_roles "
+                "WHERE rolname = current_user"
+            )
+        ).one()
+    if bypasses:
+        logger.warning(
+            "memory_sql service: role %s bypasses row-level security (a superuser or "
+            "BYPASSRLS); connect as a role of its own (memory-sql db grant --role …)",
+            role,
+        )
 
 
 async def _state(request: Request) -> ServerState:

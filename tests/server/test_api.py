@@ -348,3 +348,27 @@ def test_failed_updates_are_listed_and_requeued(start_service, make_key, llm):
             time.sleep(0.2)
         assert http.get("/v1/users/u1/facts").json()["facts"][0]["content"] == "Prefers Python"
         assert http.get("/v1/queue").json()["counts"]["failed"] == 0
+
+
+def test_preconditions_follow_http(service, make_key):
+    with service.client(make_key("acme")) as http:
+        absent = http.post("/v1/users/u1/facts", json={"content": "A"}, headers={"If-Match": "*"})
+        assert error_of(absent)[:2] == (412, "precondition_failed")
+        assert http.get("/v1/users/u1/memory").status_code == 404  # nothing was created
+        http.post("/v1/users/u1/facts", json={"content": "A"})
+        present = http.post("/v1/users/u1/facts", json={"content": "B"}, headers={"If-Match": "*"})
+        assert present.status_code == 201 and present.headers["etag"] == '"2"'
+        weak = http.post("/v1/users/u1/facts", json={"content": "C"}, headers={"If-Match": 'W/"2"'})
+        assert error_of(weak)[:2] == (400, "invalid_request")
+        stale = http.post("/v1/users/u1/facts", json={"content": "C"}, headers={"If-Match": '"1"'})
+        assert error_of(stale)[:2] == (412, "precondition_failed")
+        for cursor in ("1:a\x00b", "99999999999:x", "²:x", "1:"):
+            response = http.get("/v1/users/u1/changes", params={"after": cursor})
+            status, code, message = error_of(response)
+            assert (status, code) == (400, "invalid_request") and "cursor" in message, cursor
+        nul_fact = http.get("/v1/users/u1/facts/a%00b/history")
+        assert error_of(nul_fact)[:2] == (404, "not_found")
+        wrong_method = http.post("/healthz")
+        assert wrong_method.status_code == 405 and wrong_method.headers["allow"] == "GET"
+        metrics = http.get("/metrics").text
+    assert 'memory_sql_version_conflicts_total{source="api"} 1.0' in metrics

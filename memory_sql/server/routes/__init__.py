@@ -14,8 +14,11 @@ from typing import Annotated
 
 from fastapi import Header, Query
 
+from ... import admin
 from ...errors import VersionConflictError
+from ...scope import Scope
 from ..errors import ApiError
+from ..state import ServerState
 
 AgentQuery = Annotated[
     str | None,
@@ -26,7 +29,9 @@ IfMatch = Annotated[
     Header(description='The memory version the change is based on, as its ETag ("7").'),
 ]
 
-_VERSION_TAG = re.compile(r'\s*(?:W/)?"?(\d{1,12})"?\s*')
+_ENTITY_TAG = re.compile(r'\s*(W/)?"(\d{1,12})"\s*')
+ANY_VERSION = -1
+"""What ``If-Match: *`` expects: the memory exists, whatever its version."""
 
 
 def etag(version: int) -> dict[str, str]:
@@ -35,21 +40,31 @@ def etag(version: int) -> dict[str, str]:
 
 
 def expected_version(if_match: str | None) -> int | None:
-    """The version an ``If-Match`` header names; None when there is none (or it is ``*``)."""
-    if if_match is None or if_match.strip() == "*":
+    """The version an ``If-Match`` header names (a strong tag ``"7"``; ``7`` is taken too);
+    :data:`ANY_VERSION` for ``*``; None without the header. A weak tag cannot match (RFC 9110
+    compares If-Match strongly); a list matches if the memory is at any of its versions, so
+    only a list of one is taken here."""
+    if if_match is None:
         return None
-    match = _VERSION_TAG.fullmatch(if_match)
-    if match is None:
+    text = if_match.strip()
+    if text == "*":
+        return ANY_VERSION
+    if text.isdigit() and len(text) <= 12:
+        return int(text)
+    match = _ENTITY_TAG.fullmatch(text)
+    if match is None or match.group(1):
         raise ApiError(
             400,
             "invalid_request",
-            f'If-Match must be a memory version as its ETag gives it ("7"), not {if_match!r}',
+            f'If-Match must be one memory version as its ETag gives it ("7"), not {if_match!r}',
         )
-    return int(match.group(1))
+    return int(match.group(2))
 
 
 def stale(expected: int, actual: int | None) -> ApiError:
     """412 for a change based on a version that is no longer the memory's."""
+    if expected == ANY_VERSION:
+        return ApiError(412, "precondition_failed", "If-Match: * but there is no such memory")
     now = f"it is now {actual}" if actual is not None else "it has changed"
     return ApiError(
         412,
@@ -59,12 +74,19 @@ def stale(expected: int, actual: int | None) -> ApiError:
 
 
 @contextmanager
-def precondition(expected: int | None) -> Iterator[None]:
-    """A change based on ``expected`` (an ``If-Match``): a version conflict answers 412; without
-    one, the library retried on the newest version and a conflict left is a 409."""
+def precondition(expected: int | None, state: ServerState, scope: Scope) -> Iterator[int | None]:
+    """A change of ``scope``'s memory based on ``expected`` (from :func:`expected_version`);
+    yields the version to pass as ``expected_version``. ``*`` needs the memory to exist. A
+    version conflict answers 412 with an ``If-Match``; without one, the library retried on the
+    newest version and a conflict left is a 409. Either is counted in the metrics."""
+    if expected == ANY_VERSION and not admin.memory_exists(
+        state.engine, scope.user_id, agent_name=scope.agent_name, tenant_id=scope.tenant_id
+    ):
+        raise stale(ANY_VERSION, None)
     try:
-        yield
+        yield None if expected == ANY_VERSION else expected
     except VersionConflictError as exc:
+        state.metrics.version_conflicts.labels("api").inc()
         if expected is None:
             raise
         raise stale(expected, exc.actual) from None

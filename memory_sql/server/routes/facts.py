@@ -6,15 +6,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-import sqlalchemy as sa
 from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from ... import admin, history
-from ...schema import memory_scopes
 from ...scope import Scope
-from ..auth import Reader, Writer
+from ..auth import Caller, Reader, Writer
 from ..errors import ApiError, not_found
 from ..state import ServerState, State
 from . import AgentQuery, IfMatch, etag, expected_version, precondition
@@ -63,10 +61,13 @@ def list_facts(
             min_confidence=min_confidence,
             tenant_id=scope.tenant_id,
             user_id=scope.user_id,
-            agent_name=scope.agent_name or "" if agent_name is not None else None,
+            agent_name=None if agent_name is None else scope.agent_key,
             limit=offset + limit + 1,
         )
-        if not records and not _has_memory(state, scope, any_agent=agent_name is None):
+        exists = records or admin.memory_exists(
+            state.engine, scope.user_id, agent_name=agent_name, tenant_id=scope.tenant_id
+        )
+        if not exists:
             raise not_found(f"no memory of user {user_id!r}")
     page = records[offset : offset + limit]
     more = len(records) > offset + limit
@@ -85,8 +86,9 @@ def create_fact(
     agent_name: AgentQuery = None,
     if_match: IfMatch = None,
 ) -> Any:
+    scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=caller.tenant_id)
     expected = expected_version(if_match)
-    with caller.acting(), precondition(expected):
+    with caller.acting(), precondition(expected, state, scope) as version:
         change = admin.add_fact(
             state.storage,
             body.content,
@@ -96,7 +98,7 @@ def create_fact(
             user_id=user_id,
             agent_name=agent_name,
             tenant_id=caller.tenant_id,
-            expected_version=expected,
+            expected_version=version,
         )
     return _answer(change, user_id, agent_name, caller.tenant_id, status=201)
 
@@ -116,15 +118,16 @@ def patch_fact(
         raise ApiError(400, "invalid_request", "nothing to change: give content, category, …")
     if any(value is None for key, value in changes.items() if key != "source_error"):
         raise ApiError(400, "invalid_request", "content, category and confidence cannot be null")
+    scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=caller.tenant_id)
     expected = expected_version(if_match)
-    with caller.acting(), precondition(expected):
+    with caller.acting(), precondition(expected, state, scope) as version:
         change = admin.update_fact(
             state.storage,
             fact_id,
             user_id=user_id,
             agent_name=agent_name,
             tenant_id=caller.tenant_id,
-            expected_version=expected,
+            expected_version=version,
             **changes,
         )
     return _answer(change, user_id, agent_name, caller.tenant_id)
@@ -139,15 +142,16 @@ def delete_fact(
     agent_name: AgentQuery = None,
     if_match: IfMatch = None,
 ) -> Any:
+    scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=caller.tenant_id)
     expected = expected_version(if_match)
-    with caller.acting(), precondition(expected):
+    with caller.acting(), precondition(expected, state, scope) as version:
         change = admin.remove_fact(
             state.storage,
             fact_id,
             user_id=user_id,
             agent_name=agent_name,
             tenant_id=caller.tenant_id,
-            expected_version=expected,
+            expected_version=version,
         )
     return _answer(change, user_id, agent_name, caller.tenant_id)
 
@@ -179,7 +183,7 @@ def changes(
 
 def _changes(
     state: ServerState,
-    caller: Any,
+    caller: Caller,
     user_id: str,
     agent_name: str | None,
     fact_id: str | None,
@@ -211,15 +215,3 @@ def _answer(
         status_code=status,
         headers=etag(change.version),
     )
-
-
-def _has_memory(state: ServerState, scope: Scope, *, any_agent: bool) -> bool:
-    conditions = [
-        memory_scopes.c.tenant_id == scope.tenant_id,
-        memory_scopes.c.user_id == scope.user_id,
-    ]
-    if not any_agent:
-        conditions.append(memory_scopes.c.agent_name == scope.agent_key)
-    statement = sa.select(sa.literal(1)).where(*conditions).limit(1)
-    with state.engine.connect() as conn:
-        return conn.execute(statement).first() is not None

@@ -4,6 +4,7 @@ user."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import Annotated, Any
 
@@ -76,7 +77,7 @@ def put_memory(
 ) -> Any:
     scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=caller.tenant_id)
     expected = expected_version(if_match)
-    with caller.acting(), precondition(expected):
+    with caller.acting(), precondition(expected, state, scope) as version:
         before, after = admin.import_memory(
             state.storage,
             memory,
@@ -84,7 +85,7 @@ def put_memory(
             agent_name=scope.agent_name,
             tenant_id=scope.tenant_id,
             source="request body",
-            expected_version=expected,
+            expected_version=version,
         )
     return JSONResponse(
         {"version_before": before, "version": after, "changed": before != after},
@@ -99,8 +100,14 @@ def put_memory(
 )
 def export(caller: Reader, state: State) -> StreamingResponse:
     lines = admin.iter_jsonl(state.engine, tenant_id=caller.tenant_id)
+    # The first line is read before the status is sent, so that a database that fails answers
+    # 503 rather than a 200 with an empty (or cut) body.
+    with caller.acting():
+        first = next(lines, None)
+    head = [] if first is None else [(first + "\n").encode("utf-8")]
     return StreamingResponse(
-        _acting_while(caller.tenant_id, lines), media_type="application/x-ndjson"
+        itertools.chain(head, _acting_while(caller.tenant_id, lines)),
+        media_type="application/x-ndjson",
     )
 
 
