@@ -22,8 +22,11 @@ themselves; :data:`NO_TENANT` for the HTTP service, whose every request acts for
 tenant. The queue is shared by all tenants: its calls act for :data:`ALL_TENANTS`.
 
 This is a guard against a forgotten filter, not against a caller who can run SQL of its own:
-any role that can connect can set the setting. SQLite has no row-level security; there the
-setting does not exist and the tenant filters in every query are the only isolation.
+any role that can connect can set the setting. The setting lives for the database session, so
+connections must be the database's own sessions (direct, or a pooler in session mode): a pooler
+in transaction mode would run one tenant's queries in a session set for another. SQLite has no
+row-level security; there the setting does not exist and the tenant filters in every query are
+the only isolation.
 """
 
 from __future__ import annotations

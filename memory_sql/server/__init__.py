@@ -4,8 +4,9 @@
   every route under ``/v1`` acting for the tenant of the request's API key;
 - :mod:`.keys` keeps the API keys (importable without the ``server`` extra, for the CLI);
 - :mod:`.grants` the privileges of the role the service connects as (``memory-sql db grant``);
-- :mod:`.auth`, :mod:`.errors`, :mod:`.limits`, :mod:`.metrics`, :mod:`.requests` the
-  cross-cutting parts; :mod:`.routes` one module per group of routes.
+- :mod:`.state` what a process's requests share; :mod:`.auth`, :mod:`.errors`,
+  :mod:`.metrics`, :mod:`.requests` the cross-cutting parts; :mod:`.routes` one module per
+  group of routes.
 
 Isolation is enforced twice: every query names the key's tenant, and on PostgreSQL row-level
 security (:mod:`memory_sql.tenancy`) hides every other tenant's rows from the service's

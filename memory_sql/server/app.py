@@ -1,8 +1,9 @@
 """The FastAPI application: ``create_app(config)``, served by ``memory-sql serve``.
 
-Routes are plain ``def`` functions: FastAPI runs them in its thread pool, as the library is
-synchronous. The :class:`~memory_sql.server.state.ServerState` is built when the application
-starts (so building the app touches no database) and closed when it stops.
+Routes are plain ``def`` functions (but the import, which awaits its body first): FastAPI runs
+them in its thread pool, as the library is synchronous. The
+:class:`~memory_sql.server.state.ServerState` is built when the application starts (so
+building the app touches no database) and closed when it stops.
 """
 
 from __future__ import annotations

@@ -65,11 +65,18 @@ def apply_grants(engine: Engine, role: str) -> list[str]:
                 f"role {role!r} is a superuser or has BYPASSRLS: row-level security would not "
                 "hold it; the service needs a role of its own"
             )
-        owner = conn.execute(
-            sa.text("SELECT tableowner FROM pg_tables WHERE tablename = 'memory_facts'")
+        owns = conn.execute(
+            sa.text(
+                "SELECT pg_has_role(:role, c.relowner, 'USAGE') FROM pg_class c "
+                "WHERE c.oid = to_regclass('memory_facts')"
+            ),
+            {"role": role},
         ).scalar()
-        if owner == role:
-            raise ValueError(f"role {role!r} owns the memory tables: use a role that owns nothing")
+        if owns:
+            raise ValueError(
+                f"role {role!r} owns the memory tables, or is a member of their owner's role (it "
+                "could turn row-level security off): use a role that owns nothing"
+            )
         for statement in statements:
             conn.exec_driver_sql(statement)
     return statements

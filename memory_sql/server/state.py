@@ -1,9 +1,9 @@
 """What every request of one process shares: :class:`ServerState`, and ``State`` for routes.
 
-One process holds one state: an engine whose PostgreSQL connections see no tenant until a
-request acts for its key's (:mod:`memory_sql.tenancy`), the SQL storage, the
-:class:`~memory_sql.MemoryService` (its worker runs here with ``with_worker``), the key
-checker and the metrics.
+One process holds one state: an engine whose PostgreSQL connections see no tenant unless the
+work acts for one (a request for its key's, the queue for all; :mod:`memory_sql.tenancy`), the
+SQL storage, the :class:`~memory_sql.MemoryService` (its worker runs here with
+``with_worker``), the key checker and the metrics.
 """
 
 from __future__ import annotations

@@ -69,8 +69,10 @@ def queue_conversation(body: Conversation, caller: Writer, state: State) -> Any:
             immediate=body.immediate,
         )
     if not queued:
-        return JSONResponse(
-            {"queued": False, "reason": "no user and assistant turn to learn from"},
-            status_code=200,
+        reason = (
+            "memory is off (enabled: false)"
+            if not limits.enabled
+            else "no user and assistant turn to learn from"
         )
+        return JSONResponse({"queued": False, "reason": reason}, status_code=200)
     return {"queued": True, "due": "now" if body.immediate else "after the debounce"}
