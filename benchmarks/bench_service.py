@@ -6,7 +6,9 @@ It needs the server extra and httpx (pip install -e '.[dev,server]'; `make bench
 
 Two fresh databases on the PostgreSQL server of ``MEMORY_SQL_TEST_PG_URL`` (default
 127.0.0.1:5432, user postgres), both at the schema head, both seeded through memory_sql's storage
-with the same memories (200 users x 30 facts, tenant ``bench``, agent ``coder``):
+with the same memories (200 users x 30 facts, agent ``coder``, the users spread over four
+tenants, so that pooled connections change tenant as requests of different tenants follow one
+another, as in a multi-tenant deployment):
 
 - **RLS on**: as migrated (row-level security enabled and forced on every memory table), the
   service connecting as a login role the benchmark makes, which owns nothing and has only what
@@ -72,7 +74,7 @@ except ImportError as exc:
         f"bench_service needs httpx and the server extra (pip install -e '.[dev,server]'): {exc}"
     )
 
-TENANT = "bench"
+TENANTS = ("bench-a", "bench-b", "bench-c", "bench-d")
 AGENT = "coder"
 USERS = 200
 FACTS = 30
@@ -191,7 +193,10 @@ def seed(url: str) -> None:
                     )
                 )
             storage.save(
-                MemoryDocument(facts=facts), user_id=user(u), agent_name=AGENT, tenant_id=TENANT
+                MemoryDocument(facts=facts),
+                user_id=user(u),
+                agent_name=AGENT,
+                tenant_id=tenant(u),
             )
     finally:
         storage.close()
@@ -213,8 +218,10 @@ def pending_keys(url: str) -> int:
         with engine.connect() as conn:
             return int(
                 conn.execute(
-                    sa.text("SELECT count(*) FROM memory_pending_updates WHERE tenant_id = :t"),
-                    {"t": TENANT},
+                    sa.text(
+                        "SELECT count(*) FROM memory_pending_updates WHERE tenant_id = ANY(:t)"
+                    ),
+                    {"t": list(TENANTS)},
                 ).scalar()
                 or 0
             )
@@ -224,6 +231,11 @@ def pending_keys(url: str) -> int:
 
 def user(n: int) -> str:
     return f"user-{n % USERS:03d}"
+
+
+def tenant(n: int) -> str:
+    """The tenant of ``user(n)``: users round-robin over the tenants."""
+    return TENANTS[(n % USERS) % len(TENANTS)]
 
 
 # the service -----------------------------------------------------------------------------------
@@ -317,11 +329,12 @@ class Side:
     keys: set[tuple[str, str]] = field(default_factory=set)
     _counter: Iterator[int] = field(default_factory=itertools.count)
 
-    def next_key(self) -> tuple[str, str]:
+    def next_key(self) -> tuple[int, str]:
+        """The next conversation's user (its number) and thread, round-robin."""
         n = next(self._counter)  # atomic under the GIL
-        key = (user(n), f"thread-{(n // USERS) % THREADS_PER_USER}")
-        self.keys.add(key)
-        return key
+        thread = f"thread-{(n // USERS) % THREADS_PER_USER}"
+        self.keys.add((user(n), thread))
+        return n, thread
 
     def worker(self, operation: str) -> tuple[Callable[[], None], Callable[[], None]]:
         """A (run one request, close) pair for one client thread."""
@@ -330,34 +343,37 @@ class Side:
 
 class HttpSide(Side):
     base_url: str
-    secret: str
+    secrets: dict[str, str]  # tenant -> the secret of a write key of it
 
     def worker(self, operation: str) -> tuple[Callable[[], None], Callable[[], None]]:
         client = httpx.Client(
             base_url=self.base_url,
-            headers={"Authorization": f"Bearer {self.secret}"},
             timeout=30.0,
         )
+        auth = {t: {"Authorization": f"Bearer {s}"} for t, s in self.secrets.items()}
         reads = itertools.count(hash(threading.get_ident()) % USERS)
         if operation == POST:
 
             def run() -> None:
-                who, thread = self.next_key()
+                n, thread = self.next_key()
                 body = {
-                    "user_id": who,
+                    "user_id": user(n),
                     "agent_name": AGENT,
                     "thread_id": thread,
                     "messages": CONVERSATION,
                 }
-                response = client.post("/v1/conversations", json=body)
+                response = client.post("/v1/conversations", json=body, headers=auth[tenant(n)])
                 if response.status_code != 202:
                     self.errors.add(f"{self.name} POST: {response.status_code} {response.text}")
 
         else:
 
             def run() -> None:
+                n = next(reads)
                 response = client.get(
-                    f"/v1/users/{user(next(reads))}/context", params={"agent_name": AGENT}
+                    f"/v1/users/{user(n)}/context",
+                    params={"agent_name": AGENT},
+                    headers=auth[tenant(n)],
                 )
                 if response.status_code != 200 or not response.json().get("context"):
                     self.errors.add(f"{self.name} GET: {response.status_code} {response.text}")
@@ -374,13 +390,13 @@ class PythonSide(Side):
         if operation == POST:
 
             def run() -> None:
-                who, thread = self.next_key()
+                n, thread = self.next_key()
                 ok = service.queue_conversation(
                     CONVERSATION,
                     thread_id=thread,
-                    user_id=who,
+                    user_id=user(n),
                     agent_name=AGENT,
-                    tenant_id=TENANT,
+                    tenant_id=tenant(n),
                 )
                 if not ok:
                     self.errors.add(f"{self.name} queue_conversation: not queued")
@@ -388,8 +404,9 @@ class PythonSide(Side):
         else:
 
             def run() -> None:
+                n = next(reads)
                 block = service.memory_context(
-                    user_id=user(next(reads)), agent_name=AGENT, tenant_id=TENANT
+                    user_id=user(n), agent_name=AGENT, tenant_id=tenant(n)
                 )
                 if not block:
                     self.errors.add(f"{self.name} memory_context: empty")
@@ -597,11 +614,11 @@ def main() -> int:
         for rls in (ON, OFF):
             engine = create_engine(urls[rls])
             stack.callback(engine.dispose)
-            _key, secret = create_key(engine, tenant_id=TENANT, role="write")
+            secrets = {t: create_key(engine, tenant_id=t, role="write")[1] for t in TENANTS}
             service = Service(folder, f"serve-{'on' if rls == ON else 'off'}", connect[rls])
             stack.callback(service.stop)
             http = HttpSide(f"{HTTP}, {rls}", HTTP, rls, errors, rls)
-            http.base_url, http.secret = service.base_url, secret
+            http.base_url, http.secrets = service.base_url, secrets
             library = MemoryService(MemoryConfig(storage=connect[rls]), start=False)
             stack.callback(library.close)
             python = PythonSide(f"{PYTHON}, {rls}", PYTHON, rls, errors, rls)

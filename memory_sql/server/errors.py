@@ -14,6 +14,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -31,6 +32,36 @@ from ..errors import (
 )
 
 logger = logging.getLogger("memory_sql.server")
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+
+
+class ErrorBody(BaseModel):
+    """What every error answers."""
+
+    error: ErrorDetail
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """The OpenAPI ``responses`` of routes that may answer ``statuses`` (and 401, 500, 503).
+    422 is always listed, so that FastAPI does not add its own (validation errors are 400)."""
+    described = {
+        400: "Bad input; the message names the field",
+        401: "No key, or an unknown or revoked one",
+        403: "The key's role does not allow this",
+        404: "No such user, memory, fact or update (in this tenant)",
+        409: "A duplicate fact, or a concurrent change that kept winning",
+        412: "If-Match names a version the memory is no longer at",
+        413: "Over a configured limit, named in the message",
+        422: "A memory file (memory.json, JSON Lines) that is JSON but not a valid memory",
+        500: "An internal error; the message gives the request id",
+        503: "The database cannot be reached, or is not at the schema head",
+    }
+    wanted = sorted({401, 422, 500, 503, *statuses})
+    return {s: {"model": ErrorBody, "description": described[s]} for s in wanted}
 
 
 class ApiError(Exception):

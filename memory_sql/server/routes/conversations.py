@@ -10,10 +10,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ...messages import normalize_messages
 from ..auth import Writer
-from ..errors import ApiError
+from ..errors import ApiError, error_responses
 from ..state import State
 
-router = APIRouter(prefix="/v1", tags=["conversations"])
+router = APIRouter(prefix="/v1", tags=["conversations"], responses=error_responses(400, 403, 413))
 
 
 class Conversation(BaseModel):

@@ -13,11 +13,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from ... import admin, history
 from ...scope import Scope
 from ..auth import Caller, Reader, Writer
-from ..errors import ApiError, not_found
+from ..errors import ApiError, error_responses, not_found
 from ..state import ServerState, State
 from . import AgentQuery, IfMatch, etag, expected_version, precondition
 
-router = APIRouter(prefix="/v1/users/{user_id}", tags=["facts"])
+router = APIRouter(
+    prefix="/v1/users/{user_id}",
+    tags=["facts"],
+    responses=error_responses(400, 403, 404, 409, 412, 413),
+)
 
 MAX_PAGE = 500
 

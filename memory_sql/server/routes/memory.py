@@ -19,11 +19,13 @@ from ...models import MemoryDocument
 from ...scope import Scope
 from ...tenancy import acting_for
 from ..auth import Admin, Caller, Reader, Writer
-from ..errors import not_found
+from ..errors import error_responses, not_found
 from ..state import ServerState, State
 from . import AgentQuery, IfMatch, etag, expected_version, precondition
 
-router = APIRouter(prefix="/v1", tags=["memory"])
+router = APIRouter(
+    prefix="/v1", tags=["memory"], responses=error_responses(400, 403, 404, 409, 412, 413, 422)
+)
 
 
 def load(

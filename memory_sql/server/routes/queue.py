@@ -11,9 +11,10 @@ from ...errors import UpdateNotFoundError
 from ...models import utcnow
 from ...queue import manage
 from ..auth import Admin, Reader
+from ..errors import error_responses
 from ..state import State
 
-router = APIRouter(prefix="/v1/queue", tags=["queue"])
+router = APIRouter(prefix="/v1/queue", tags=["queue"], responses=error_responses(400, 403, 404))
 
 
 class Requeue(BaseModel):

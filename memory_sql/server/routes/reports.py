@@ -8,9 +8,10 @@ from fastapi import APIRouter, Query
 
 from ...reports import build_report
 from ..auth import Reader
+from ..errors import error_responses
 from ..state import State
 
-router = APIRouter(prefix="/v1", tags=["reports"])
+router = APIRouter(prefix="/v1", tags=["reports"], responses=error_responses(400, 403))
 
 
 @router.get("/reports", summary="Facts by category and confidence, activity, LLM usage")
