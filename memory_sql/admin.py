@@ -20,6 +20,7 @@ fields of an export are the database's, not the imported file's.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -55,6 +56,7 @@ from .schema import (
 )
 from .scope import Scope
 from .storage import MemoryStorage, SQLStorage
+from .storage.sql import read_facts_by_driver
 
 SAVE_ATTEMPTS = 5
 """How many times a read-modify-save is tried before a version conflict is raised."""
@@ -204,38 +206,67 @@ def search_facts(
     if min_confidence is not None and not 0.0 <= min_confidence <= 1.0:
         raise ValueError(f"min_confidence must be between 0 and 1, not {min_confidence}")
     checked = Scope.of(user_id=user_id, agent_name=agent_name or None, tenant_id=tenant_id)
-    statement = _SEARCH
+    parameters: dict[str, Any] = {}
     if tenant_id is not None:
-        statement = statement.where(memory_facts.c.tenant_id == checked.tenant_id)
+        parameters["tenant"] = checked.tenant_id
     if user_id is not None:
-        statement = statement.where(memory_facts.c.user_id == checked.user_id)
+        parameters["user"] = checked.user_id
     if agent_name is not None:
-        statement = statement.where(memory_facts.c.agent_name == checked.agent_key)
+        parameters["agent"] = checked.agent_key
     if category is not None:
         category = category.strip().lower()
         if not CATEGORY_PATTERN.fullmatch(category):
             raise ValueError(f"category {category!r} must match ^[a-z0-9_-]{{1,32}}$")
-        statement = statement.where(memory_facts.c.category == category)
+        parameters["category"] = category
     if min_confidence is not None:
-        statement = statement.where(memory_facts.c.confidence >= min_confidence)
+        parameters["min_confidence"] = min_confidence
     needle = fact_key(text) if text is not None else ""
     if not needle and limit is not None:
-        statement = statement.limit(limit)
+        parameters["limit"] = limit
+    statement = _search_statement(frozenset(parameters))
     found: list[FactRecord] = []
-    with database_errors(engine, "search facts"), engine.connect() as conn:
+    with database_errors(engine, "search facts"):
         if not needle:  # the database does all the filtering: one autocommit round trip
-            rows = conn.execution_options(isolation_level="AUTOCOMMIT").execute(statement)
-            return [_record(row) for row in rows.all()]
-        # The text is matched here, row by row: stream them rather than read them all.
-        rows = conn.execution_options(yield_per=500).execute(statement)
-        for row in rows:
-            if needle not in fact_key(row.content):
-                continue
-            found.append(_record(row))
-            if limit is not None and len(found) >= limit:
-                break
-        rows.close()
+            rows = read_facts_by_driver(engine, statement, parameters, scoped=3)
+            if rows is not None:
+                return [FactRecord(t, u, a or None, fact) for (t, u, a), fact in rows]
+        with engine.connect() as conn:
+            if not needle:
+                autocommit = conn.execution_options(isolation_level="AUTOCOMMIT")
+                return [_record(row) for row in autocommit.execute(statement, parameters).all()]
+            # The text is matched here, row by row: stream them rather than read them all.
+            rows = conn.execution_options(yield_per=500).execute(statement, parameters)
+            for row in rows:
+                if needle not in fact_key(row.content):
+                    continue
+                found.append(_record(row))
+                if limit is not None and len(found) >= limit:
+                    break
+            rows.close()
     return found
+
+
+@functools.lru_cache(maxsize=64)
+def _search_statement(filters: frozenset[str]) -> sa.Select:
+    """:data:`_SEARCH` with the ``filters`` given (names of their bound parameters), built
+    once per combination: SQLAlchemy's construction and cache key are not redone per call,
+    and the driver's text of it is compiled once."""
+    statement = _SEARCH
+    for name, condition in _SEARCH_FILTERS.items():
+        if name in filters:
+            statement = statement.where(condition)
+    if "limit" in filters:
+        statement = statement.limit(sa.bindparam("limit", type_=sa.Integer))
+    return statement
+
+
+_SEARCH_FILTERS = {
+    "tenant": memory_facts.c.tenant_id == sa.bindparam("tenant"),
+    "user": memory_facts.c.user_id == sa.bindparam("user"),
+    "agent": memory_facts.c.agent_name == sa.bindparam("agent"),
+    "category": memory_facts.c.category == sa.bindparam("category"),
+    "min_confidence": memory_facts.c.confidence >= sa.bindparam("min_confidence"),
+}
 
 
 def _record(row: Any) -> FactRecord:

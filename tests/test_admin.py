@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
 import uuid
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy import event
 
-from memory_sql import Fact, ImportFileError, migrations, open_storage
+from memory_sql import Fact, ImportFileError, StorageError, admin, migrations, open_storage
 from memory_sql.admin import (
     export_jsonl,
     forget_user,
@@ -19,6 +21,7 @@ from memory_sql.admin import (
     search_facts,
 )
 from memory_sql.database import create_engine
+from memory_sql.storage import sql as storage_sql
 
 VIEWS = {
     "memory_report_categories",
@@ -91,6 +94,72 @@ def test_search_folds_case_and_unicode_like_duplicate_detection(storage):
     assert found("python", agent_name="coder") == []
     with pytest.raises(ValueError, match="limit"):
         search_facts(storage.engine, limit=0)
+
+
+def _search_everything(storage, user: str) -> list[list]:
+    return [
+        search_facts(storage.engine, user_id=user, **{"limit": None, **filters})
+        for filters in (
+            {},
+            {"category": "goal"},
+            {"category": " Goal ", "tenant_id": "default"},
+            {"min_confidence": 0.5},
+            {"agent_name": ""},
+            {"agent_name": "coder", "category": "goal"},
+            {"limit": 2},
+            {"limit": 1, "min_confidence": 0.6, "agent_name": "coder"},
+        )
+    ]
+
+
+def test_search_by_the_driver_gives_what_sqlalchemy_gives(storage, monkeypatch):
+    user = f"u-{uuid.uuid4().hex[:8]}"
+    for agent, offset in ((None, 0.0), ("coder", 0.05)):
+        doc = storage.load(user_id=user, agent_name=agent)
+        doc.facts = [
+            Fact(
+                content=f"fact {i} of {agent}",
+                category=("goal", "context", "preference")[i % 3],
+                confidence=round(0.3 + 0.1 * i + offset, 2),
+                source_thread_id=f"thread-{i}" if i % 2 else None,
+                source_error="said wrongly" if i == 4 else None,
+            )
+            for i in range(7)
+        ]
+        storage.save(doc, user_id=user, agent_name=agent)
+    everything = admin._search_statement(frozenset({"user"}))
+    assert storage_sql.read_facts_by_driver(storage.engine, everything, {"user": user}, 3)
+    driver = _search_everything(storage, user)
+    assert [len(found) for found in driver] == [14, 6, 6, 10, 7, 3, 2, 1]
+    assert {r.agent_name for r in driver[0]} == {None, "coder"}
+    for record in driver[0]:
+        assert record.fact.created_at.tzinfo is dt.timezone.utc
+        assert record.fact.updated_at.tzinfo is dt.timezone.utc
+    seen: list[str] = []
+
+    def listen(_conn, _cursor, statement, *_args) -> None:
+        seen.append(statement)
+
+    event.listen(storage.engine, "before_cursor_execute", listen)
+    try:  # someone listens to SQLAlchemy's statements: they go through SQLAlchemy
+        assert _search_everything(storage, user) == driver
+    finally:
+        event.remove(storage.engine, "before_cursor_execute", listen)
+    assert len([s for s in seen if "memory_facts" in s]) == len(driver)
+    # the driver failing on the statement: SQLAlchemy reads instead
+    monkeypatch.setattr(
+        storage_sql, "_compiled_for_driver", lambda *_: ("SELECT no_such_column", {})
+    )
+    assert _search_everything(storage, user) == driver
+
+
+def test_search_on_a_database_that_refuses_connections_raises_storage_error():
+    engine = create_engine("postgresql+psycopg://postgres@127.0.0.1:9/nothing_here")
+    try:
+        with pytest.raises(StorageError, match=r"search facts: database .*127\.0\.0\.1:9"):
+            search_facts(engine, category="goal", user_id="u1")
+    finally:
+        engine.dispose()
 
 
 def test_an_import_without_section_timestamps_is_idempotent(storage):

@@ -10,7 +10,14 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from memory_sql import Fact, MemoryDocument, SchemaOutOfDateError, StorageError, migrations
+from memory_sql import (
+    DuplicateFactError,
+    Fact,
+    MemoryDocument,
+    SchemaOutOfDateError,
+    StorageError,
+    migrations,
+)
 from memory_sql.database import create_engine
 from memory_sql.models import Section, fact_digest
 from memory_sql.schema import memory_fact_events, memory_facts, memory_scopes
@@ -534,3 +541,59 @@ def test_a_load_survives_the_server_dropping_its_connections(pg_url, scope):
         admin.dispose()
         assert killed >= 1
         assert [f.content for f in store.load(**scope).facts] == ["still here"]
+
+
+def test_saves_of_one_fact_each_write_its_row_and_its_event(store, scope):
+    """One fact added, changed, removed per save (the one-statement save's single-row
+    form on PostgreSQL): each row as written, each event logged, a fresh store agrees."""
+    doc = store.load(**scope)
+    doc.facts = [Fact(content="kept", category="goal", confidence=0.9)]
+    store.save(doc, **scope)
+    doc = store.load(**scope)
+    doc.facts.append(Fact(content="Added", category="behavior", confidence=0.9))
+    assert store.save(doc, **scope) == 2
+    doc = store.load(**scope)
+    doc.facts[1] = doc.facts[1].replace(
+        content="Added, reworded", confidence=0.42, source_error="it was wrong"
+    )
+    assert store.save(doc, **scope) == 3
+    doc = store.load(**scope)
+    changed = doc.facts[1]
+    doc.facts = doc.facts[1:]
+    assert store.save(doc, **scope) == 4
+    with open_storage(store.engine.url.render_as_string(hide_password=False)) as other:
+        (fact,) = other.load(**scope).facts
+    assert fact == changed
+    assert (fact.content, fact.confidence, fact.source_error) == (
+        "Added, reworded",
+        0.42,
+        "it was wrong",
+    )
+    assert fact.updated_at is not None and fact.updated_at.tzinfo is dt.timezone.utc
+    with store.engine.connect() as conn:
+        key = conn.execute(
+            sa.select(memory_facts.c.content_key).where(
+                memory_facts.c.user_id == scope["user_id"], memory_facts.c.fact_id == fact.id
+            )
+        ).scalar()
+        events = conn.execute(
+            sa.select(
+                memory_fact_events.c.version,
+                memory_fact_events.c.event,
+                memory_fact_events.c.category,
+                memory_fact_events.c.confidence,
+            )
+            .where(memory_fact_events.c.user_id == scope["user_id"])
+            .order_by(memory_fact_events.c.version)
+        ).all()
+    assert key == fact_digest("Added, reworded")
+    assert [tuple(e) for e in events] == [
+        (1, "added", "goal", 0.9),
+        (2, "added", "behavior", 0.9),
+        (3, "updated", "behavior", 0.42),
+        (4, "removed", "goal", 0.9),
+    ]
+    doc = store.load(**scope)
+    doc.facts.append(Fact(content="ADDED, reworded"))
+    with pytest.raises(DuplicateFactError):
+        store.save(doc, **scope)

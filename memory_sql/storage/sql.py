@@ -255,6 +255,30 @@ _WRITES = {
     "emptied": f"""
     DELETE FROM memory_sections
     WHERE {_SCOPED} AND section = ANY(%(emptied)s::text[]) AND EXISTS (SELECT FROM head)""",
+    # One row (the common save: one fact added or changed): its values as parameters of
+    # their own. The server plans a primary-key update where the JSON join above, planned
+    # anew at every execution, costs more to plan than to run.
+    "updated_one": f"""
+    UPDATE memory_facts
+    SET content = %(u_content)s, content_key = %(u_content_key)s, category = %(u_category)s,
+        confidence = %(u_confidence)s, source_thread_id = %(u_source_thread_id)s,
+        source_error = %(u_source_error)s, updated_at = %(u_updated_at)s
+    WHERE {_SCOPED} AND fact_id = %(u_fact_id)s AND EXISTS (SELECT FROM head)""",
+    "inserted_one": """
+    INSERT INTO memory_facts (tenant_id, user_id, agent_name, fact_id, content, content_key,
+                              category, confidence, source_thread_id, source_error,
+                              created_at, updated_at)
+    SELECT %(tenant)s, %(user)s, %(agent)s, %(i_fact_id)s::text, %(i_content)s::text,
+           %(i_content_key)s::text, %(i_category)s::text, %(i_confidence)s::float8,
+           %(i_source_thread_id)s::text, %(i_source_error)s::text,
+           %(i_created_at)s::timestamptz, %(i_updated_at)s::timestamptz
+    WHERE EXISTS (SELECT FROM head)""",
+    "events_one": """
+    INSERT INTO memory_fact_events (tenant_id, user_id, agent_name, version, fact_id, event,
+                                    category, confidence, occurred_at)
+    SELECT %(tenant)s, %(user)s, %(agent)s, %(version)s, %(e_fact_id)s::text,
+           %(e_event)s::text, %(e_category)s::text, %(e_confidence)s::float8, %(now)s
+    WHERE EXISTS (SELECT FROM head)""",
 }
 
 
@@ -300,11 +324,10 @@ _json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=Fa
 
 def _one_statement_parameters(
     scope: Scope, changes: Changes, expected: int, created_at: datetime, now: datetime
-) -> dict[str, Any]:
-    """The parameters of the one-statement save; a part with nothing to write gets None."""
-    events = _event_rows(scope, changes, expected + 1, now)
-    kept = {n: s for n, s in changes.sections.items() if s.summary or s.updated_at is not None}
-    return {
+) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The parameters of the one-statement save, and the names of the parts of
+    :data:`_WRITES` it needs (a lone fact or event goes by the part's ``_one`` form)."""
+    parameters: dict[str, Any] = {
         "tenant": scope.tenant_id,
         "user": scope.user_id,
         "agent": scope.agent_key,
@@ -312,27 +335,81 @@ def _one_statement_parameters(
         "expected": expected,
         "created_at": created_at,
         "version": expected + 1,
-        "deleted": changes.deleted or None,
-        "updated": _fact_records(changes.updated),
+    }
+    writes: list[str] = []
+    if changes.deleted:
+        parameters["deleted"] = changes.deleted
+        writes.append("deleted")
+    updated, inserted = changes.updated, changes.inserted
+    if len(updated) == 1:
+        fact = updated[0]
+        parameters.update(
+            u_fact_id=fact.id,
+            u_content=fact.content,
+            u_content_key=fact_digest(fact.content),
+            u_category=fact.category,
+            u_confidence=fact.confidence,
+            u_source_thread_id=fact.source_thread_id,
+            u_source_error=fact.source_error,
+            u_updated_at=fact.updated_at,
+        )
+        writes.append("updated_one")
+    elif updated:
+        parameters["updated"] = _fact_records(updated)
         # The primary key of the rows to update, so that the server looks them up one by one
         # rather than joining the records to all the scope's facts.
-        "updated_ids": [f.id for f in changes.updated],
-        "inserted": _fact_records(changes.inserted),
-        "events": _json(
-            [{k: e[k] for k in ("fact_id", "event", "category", "confidence")} for e in events]
+        parameters["updated_ids"] = [f.id for f in updated]
+        writes.append("updated")
+    if len(inserted) == 1:
+        fact = inserted[0]
+        parameters.update(
+            i_fact_id=fact.id,
+            i_content=fact.content,
+            i_content_key=fact_digest(fact.content),
+            i_category=fact.category,
+            i_confidence=fact.confidence,
+            i_source_thread_id=fact.source_thread_id,
+            i_source_error=fact.source_error,
+            i_created_at=fact.created_at,
+            i_updated_at=fact.updated_at,
         )
-        if events
-        else None,
-        "sections": _json(
+        writes.append("inserted_one")
+    elif inserted:
+        parameters["inserted"] = _fact_records(inserted)
+        writes.append("inserted")
+    events = [
+        *(("added", f) for f in inserted),
+        *(("updated", f) for f in updated),
+        *(("removed", changes.removed[fact_id]) for fact_id in changes.deleted),
+    ]
+    if len(events) == 1:
+        event, fact = events[0]
+        parameters.update(
+            e_fact_id=fact.id, e_event=event, e_category=fact.category, e_confidence=fact.confidence
+        )
+        writes.append("events_one")
+    elif events:
+        parameters["events"] = _json(
+            [
+                {"fact_id": f.id, "event": e, "category": f.category, "confidence": f.confidence}
+                for e, f in events
+            ]
+        )
+        writes.append("events")
+    kept = {n: s for n, s in changes.sections.items() if s.summary or s.updated_at is not None}
+    if kept:
+        parameters["sections"] = _json(
             [
                 {"section": n, "summary": s.summary, "updated_at": _iso(s.updated_at)}
                 for n, s in kept.items()
             ]
         )
-        if kept
-        else None,
-        "emptied": [n for n in changes.sections if n not in kept] or None,
-    }
+        writes.append("sections")
+    emptied = [n for n in changes.sections if n not in kept]
+    if emptied:
+        parameters["emptied"] = emptied
+        writes.append("emptied")
+    return parameters, tuple(writes)
 
 
 def _event_rows(
@@ -401,6 +478,89 @@ def _pg_times(values: Any) -> list[datetime | None]:
     ]
 
 
+def _unobserved(engine: Engine) -> bool:
+    """Whether statements may bypass SQLAlchemy: nobody listens to its statement events
+    (tests, tracing instrumentation) nor has it echo them."""
+    dispatch = engine.dispatch
+    return not (dispatch.before_cursor_execute or dispatch.after_cursor_execute or engine.echo)
+
+
+@contextmanager
+def _driver_connection(engine: Engine, *, raising: bool = False) -> Iterator[Any]:
+    """A pooled connection of the driver itself (checked out through the pool, so its
+    checkout hooks run), in autocommit for its statements. A driver error raises
+    :class:`_Fallback` or, with ``raising``, SQLAlchemy's wrapper of it; a connection found
+    dead is discarded. A connection not to be had raises SQLAlchemy's wrapper of the driver's
+    error, as ``engine.connect()`` would (the pool hands the raw one on)."""
+    dialect = engine.dialect
+    driver_error: type[Exception] = dialect.loaded_dbapi.Error
+    postgres = dialect.name == "postgresql"
+    try:
+        fairy = engine.raw_connection()
+    except driver_error as exc:
+        raise sa_exc.DBAPIError.instance(None, None, exc, driver_error, dialect=dialect) from exc
+    try:
+        dbapi = fairy.driver_connection
+        try:
+            if postgres:
+                dbapi.autocommit = True
+            try:
+                yield dbapi
+            finally:
+                if postgres:
+                    dbapi.autocommit = False
+        except driver_error as exc:
+            dead = dialect.is_disconnect(exc, fairy.dbapi_connection, None)
+            if dead:
+                fairy.invalidate(exc)
+            if not raising:
+                raise _Fallback from exc
+            raise sa_exc.DBAPIError.instance(
+                None, None, exc, driver_error, connection_invalidated=dead, dialect=dialect
+            ) from exc
+    finally:
+        fairy.close()
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled_for_driver(statement: sa.Executable, dialect: sa.Dialect) -> tuple[str, dict]:
+    """:func:`_driver_statement` of a statement built once (kept, so the key is the object)."""
+    return _driver_statement(statement, dialect)
+
+
+def read_facts_by_driver(
+    engine: Engine, statement: sa.Select, parameters: dict[str, Any], scoped: int
+) -> list[tuple[tuple[Any, ...], Fact]] | None:
+    """The rows of ``statement`` (a read built once and kept: its compiled text is cached),
+    run on the driver itself in one autocommit round trip: each row's first ``scoped``
+    columns, and the :class:`Fact` of the :data:`~memory_sql.schema.FACT_COLUMNS` after them.
+
+    None, having read nothing, when SQLAlchemy must run it (someone listens to its statement
+    events) or the driver failed on it (SQLAlchemy's path then reads, and reports); a
+    connection not to be had raises SQLAlchemy's error, as ``engine.connect()`` would."""
+    if not _unobserved(engine):
+        return None
+    postgres = engine.dialect.name == "postgresql"
+    sql, fixed = _compiled_for_driver(statement, engine.dialect)
+    try:
+        with _driver_connection(engine) as dbapi:
+            rows = dbapi.execute(sql, {**fixed, **parameters} if fixed else parameters).fetchall()
+            utc = postgres and dbapi.info.timezone is timezone.utc
+        if not rows:
+            return []
+        columns = list(zip(*rows, strict=True))
+        created, updated = columns[scoped + 6], columns[scoped + 7]
+        if not utc:
+            times = _pg_times if postgres else _sqlite_times
+            created, updated = times(created), times(updated)
+        facts = map(trusted_fact, *columns[scoped : scoped + 6], created, updated)
+        return list(zip(zip(*columns[:scoped], strict=True), facts, strict=True))
+    except _Fallback:
+        return None
+    except (ValueError, TypeError, AttributeError, IndexError):
+        return None
+
+
 class SQLStorage(MemoryStorage):
     """:class:`MemoryStorage` on PostgreSQL or SQLite.
 
@@ -430,7 +590,6 @@ class SQLStorage(MemoryStorage):
         self._write_options = {} if self._postgres else {"sqlite_begin": "IMMEDIATE"}
         self._cache = DocumentCache(cache_scopes)
         dialect = self.engine.dialect
-        self._driver_error: type[Exception] = dialect.loaded_dbapi.Error
         self._head_sql = _driver_statement(_SELECT_HEAD, dialect)
         self._document_sql = _driver_statement(_SELECT_DOCUMENT, dialect)
         self._times = _pg_times if self._postgres else _sqlite_times
@@ -582,8 +741,9 @@ class SQLStorage(MemoryStorage):
         if not _writable_at_once(changes):
             return None
         new_version = expected_version + 1
-        parameters = _one_statement_parameters(scope, changes, expected_version, created_at, now)
-        writes = tuple(name for name in _WRITES if parameters[name] is not None)
+        parameters, writes = _one_statement_parameters(
+            scope, changes, expected_version, created_at, now
+        )
         statement = _one_statement_sql(expected_version == 0, writes)
         with self._errors(scope, doc):
             if self._unobserved():
@@ -688,53 +848,10 @@ class SQLStorage(MemoryStorage):
     # cache and errors ------------------------------------------------------------------------
 
     def _unobserved(self) -> bool:
-        """Whether statements may bypass SQLAlchemy: nobody listens to its statement events
-        (tests, tracing instrumentation) nor has it echo them."""
-        dispatch = self.engine.dispatch
-        return not (
-            dispatch.before_cursor_execute or dispatch.after_cursor_execute or self.engine.echo
-        )
+        return _unobserved(self.engine)
 
-    @contextmanager
-    def _driver(self, *, raising: bool = False) -> Iterator[Any]:
-        """A pooled connection of the driver itself (checked out through the pool, so its
-        checkout hooks run), in autocommit for its statements. A driver error raises
-        :class:`_Fallback` or, with ``raising``, SQLAlchemy's wrapper of it; a connection
-        found dead is discarded. A connection not to be had raises SQLAlchemy's wrapper of the
-        driver's error, as ``engine.connect()`` would (the pool hands the raw one on)."""
-        try:
-            fairy = self.engine.raw_connection()
-        except self._driver_error as exc:
-            raise sa_exc.DBAPIError.instance(
-                None, None, exc, self._driver_error, dialect=self.engine.dialect
-            ) from exc
-        try:
-            dbapi = fairy.driver_connection
-            try:
-                if self._postgres:
-                    dbapi.autocommit = True
-                try:
-                    yield dbapi
-                finally:
-                    if self._postgres:
-                        dbapi.autocommit = False
-            except self._driver_error as exc:
-                dialect = self.engine.dialect
-                dead = dialect.is_disconnect(exc, fairy.dbapi_connection, None)
-                if dead:
-                    fairy.invalidate(exc)
-                if not raising:
-                    raise _Fallback from exc
-                raise sa_exc.DBAPIError.instance(
-                    None,
-                    None,
-                    exc,
-                    self._driver_error,
-                    connection_invalidated=dead,
-                    dialect=dialect,
-                ) from exc
-        finally:
-            fairy.close()
+    def _driver(self, *, raising: bool = False) -> Any:
+        return _driver_connection(self.engine, raising=raising)
 
     def _reader(self) -> Connection:
         return self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
