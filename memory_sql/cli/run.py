@@ -21,7 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..config import MemoryConfig
 from ..database import OutageLog, redacted
-from ..errors import MemorySQLError, StorageError
+from ..errors import ConfigError, MemorySQLError, StorageError
 from ..intake import filter_messages_for_memory, has_minimum_dialogue
 from ..messages import normalize_messages
 from ..schema import memory_pending_updates as pending
@@ -472,6 +472,19 @@ def worker(
             help="On SIGTERM/SIGINT, seconds to wait for updates in flight.",
         ),
     ] = 30.0,
+    metrics_port: Annotated[
+        int,
+        typer.Option(
+            "--metrics-port",
+            min=0,
+            max=65535,
+            help="Serve Prometheus metrics (updates, LLM calls and tokens, the queue) on this "
+            "port at /metrics; 0: none. Needs the server extra.",
+        ),
+    ] = 0,
+    metrics_host: Annotated[
+        str, typer.Option("--metrics-host", help="Address of the metrics endpoint.")
+    ] = "127.0.0.1",
     url: UrlOption = None,
     config: ConfigOption = None,
 ) -> None:
@@ -487,6 +500,7 @@ def worker(
     settings = load_config(config, url)
     if workers is not None:
         settings = settings.model_copy(update={"workers": workers})  # range checked above
+    metrics = _metrics() if metrics_port else None
     stop = threading.Event()
     received: list[str] = []
 
@@ -502,6 +516,9 @@ def worker(
             if service is None:
                 out.print(f"{received[0] if received else 'stop'}: stopped before starting")
                 return
+            exporter = None
+            if metrics is not None:
+                exporter = _export_metrics(metrics, service, metrics_host, metrics_port)
             try:
                 first = _status(service, outage)
                 out.print(
@@ -525,6 +542,8 @@ def worker(
                 finished = service.worker.stop(shutdown_timeout)
                 left = _status(service, outage)
             finally:
+                if exporter is not None:
+                    exporter.shutdown()
                 service.close(timeout=0)
     finally:
         for sig, handler in previous.items():
@@ -543,6 +562,31 @@ def worker(
         f"{waiting} left pending for the next start",
         highlight=False,
     )
+
+
+def _metrics() -> Any:
+    """The service's metrics (:mod:`memory_sql.server.metrics`), or a ConfigError naming the
+    extra they need."""
+    try:
+        from ..server.metrics import Metrics
+    except ImportError as exc:
+        raise ConfigError(
+            f"--metrics-port needs the server extra ({exc.name} is missing): "
+            "pip install 'memory-sql[server]'"
+        ) from None
+    return Metrics()
+
+
+def _export_metrics(metrics: Any, service: MemoryService, host: str, port: int) -> Any:
+    """Serve ``metrics`` of ``service`` at http://host:port/metrics in a thread; returns the
+    HTTP server (``shutdown()`` stops it)."""
+    from prometheus_client import start_http_server
+
+    service.on_result = metrics.observe_update
+    metrics.watch(service)
+    server, _thread = start_http_server(port, addr=host, registry=metrics.registry)
+    out.print(f"metrics at http://{host}:{port}/metrics", highlight=False)
+    return server
 
 
 def _start_when_the_database_answers(

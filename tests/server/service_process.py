@@ -37,7 +37,7 @@ class ServiceProcess:
         command = [
             sys.executable,
             "-m",
-            "memory_sql.cli",
+            "memory_sql",
             "serve",
             "--port",
             str(self.port),

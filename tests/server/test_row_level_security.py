@@ -47,7 +47,7 @@ INSUFFICIENT_PRIVILEGE = "42501"
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     """``memory-sql ARGS`` as a real subprocess."""
     return subprocess.run(
-        [sys.executable, "-m", "memory_sql.cli", *args],
+        [sys.executable, "-m", "memory_sql", *args],
         capture_output=True,
         text=True,
         timeout=60,
