@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy as sa
+from llm_server import LABELS, ScriptedLLM, update_reply
 from sqlalchemy.engine import URL, Engine, make_url
 
 from memory_sql import admin, migrations
@@ -33,8 +34,8 @@ from memory_sql.database import create_engine
 from memory_sql.server.keys import create_key
 from memory_sql.storage import SQLStorage
 from memory_sql.tenancy import NO_TENANT, SETTING, acting_for
-from tests.llm_server import LABELS, ScriptedLLM, update_reply
-from tests.server.service_process import ServiceProcess
+from server.conftest import service_settings_for
+from server.service_process import ServiceProcess
 
 pytestmark = pytest.mark.postgres
 
@@ -465,17 +466,7 @@ def test_the_worker_updates_each_tenant_under_row_level_security(
     keys = {
         tenant: create_key(owner_engine, tenant_id=tenant, role="write")[1] for tenant in LEARNED
     }
-    settings = {
-        "storage": app_role.url,
-        "model_name": "test-model",
-        "llm_base_url": llm.base_url,
-        "llm_api_key": "sk-test",
-        "llm_timeout_seconds": 5.0,
-        "llm_max_retries": 0,
-        "debounce_seconds": 0.0,
-        "sweep_interval_seconds": 1.0,
-        "token_counting": False,
-    }
+    settings = {**service_settings_for(llm), "storage": app_role.url}
     with ServiceProcess(tmp_path, settings, with_worker=True) as service:
         clients = {tenant: service.client(key) for tenant, key in keys.items()}
         try:
