@@ -62,7 +62,9 @@ class MemoryService:
     ``config.storage`` names; the queue lives in the same database (for the JSON-file store, in
     a SQLite file ``queue.db`` in its folder, migrated here). ``start=False`` builds everything
     but runs no updates (queued conversations wait for a service that starts); only the
-    spool's retry thread runs, during an outage, to write what it keeps.
+    spool's retry thread runs, during an outage, to write what it keeps. ``on_result`` is
+    called with every update's :class:`~memory_sql.UpdateResult`, in the worker's thread (the
+    HTTP service's metrics count them); it must not raise.
 
     A SQL ``config.storage`` whose database is a new (or empty) SQLite file is brought to the
     newest schema here; a PostgreSQL database, or a SQLite file at an older revision, must
@@ -82,6 +84,7 @@ class MemoryService:
         storage: MemoryStorage | None = None,
         llm: LLMClient | None = None,
         start: bool = True,
+        on_result: Callable[[UpdateResult], None] | None = None,
     ) -> None:
         self.config = config if config is not None else MemoryConfig.from_env()
         self._patterns = load_patterns(self.config.patterns_dir)
@@ -127,8 +130,7 @@ class MemoryService:
                 self.config.lease_seconds,
                 worst_llm_call,
             )
-        self.on_result: Callable[[UpdateResult], None] | None = None
-        """Called with every update's result, in the worker's thread (the service's metrics)."""
+        self.on_result = on_result
         self._problems = 0
         self._problems_lock = threading.Lock()
         self._llm_usage = {"llm_calls": 0, "prompt_tokens": 0, "completion_tokens": 0}

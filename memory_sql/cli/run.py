@@ -512,7 +512,8 @@ def worker(
     outage = OutageLog("memory-sql worker")
     try:
         with stderr_logging(logging.INFO):
-            service = _start_when_the_database_answers(settings, stop, outage)
+            on_result = metrics.observe_update if metrics is not None else None
+            service = _start_when_the_database_answers(settings, stop, outage, on_result)
             if service is None:
                 out.print(f"{received[0] if received else 'stop'}: stopped before starting")
                 return
@@ -582,7 +583,6 @@ def _export_metrics(metrics: Any, service: MemoryService, host: str, port: int) 
     HTTP server (``shutdown()`` stops it)."""
     from prometheus_client import start_http_server
 
-    service.on_result = metrics.observe_update
     metrics.watch(service)
     server, _thread = start_http_server(port, addr=host, registry=metrics.registry)
     out.print(f"metrics at http://{host}:{port}/metrics", highlight=False)
@@ -590,13 +590,16 @@ def _export_metrics(metrics: Any, service: MemoryService, host: str, port: int) 
 
 
 def _start_when_the_database_answers(
-    settings: MemoryConfig, stop: threading.Event, outage: OutageLog
+    settings: MemoryConfig,
+    stop: threading.Event,
+    outage: OutageLog,
+    on_result: Any = None,
 ) -> MemoryService | None:
     """A started service; while the database cannot be reached, tried again every few
     seconds until it can or ``stop`` is set (then None). Any other problem is raised."""
     while True:
         try:
-            service = MemoryService(settings, start=True)
+            service = MemoryService(settings, start=True, on_result=on_result)
         except StorageError as exc:
             outage.failed(exc)
             if stop.wait(_RETRY_START_SECONDS):

@@ -62,11 +62,12 @@ class ServerState:
         try:
             migrations.prepare_schema(engine, auto_migrate=config.auto_migrate)
             storage = SQLStorage(engine)
-            service = MemoryService(config, storage=storage, start=with_worker)
+            service = MemoryService(
+                config, storage=storage, start=with_worker, on_result=metrics.observe_update
+            )
         except BaseException:
             engine.dispose()
             raise
-        service.on_result = metrics.observe_update
         metrics.watch(service)
         _warn_if_row_security_is_bypassed(engine)
         return cls(
