@@ -50,12 +50,14 @@ def serve(
 
         from ..server.app import create_app
         from ..server.requests import RequestIdFilter
+        from ..server.state import ServerState
     except ImportError as exc:
         raise ConfigError(
             f"the HTTP service needs the server extra ({exc.name} is missing): "
             "pip install 'memory-sql[server]'"
         ) from None
     settings = load_config(config, url)
+    ServerState.check(settings)  # a database that is not ready: one line, exit 1
     logging.basicConfig(
         level=level, format="%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"
     )

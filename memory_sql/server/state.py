@@ -50,17 +50,8 @@ class ServerState:
             ConfigError: the storage is not a SQL database.
             SchemaOutOfDateError, StorageError: the database is not ready.
         """
-        if config.storage_class or "://" not in config.storage:
-            raise ConfigError(
-                "the HTTP service needs a SQL database as storage (sqlite:///… or "
-                f"postgresql+psycopg://…), not {config.storage!r}",
-                key="storage",
-            )
-        engine = create_engine(
-            config.storage, tenant_default=NO_TENANT, pool_size=max(10, config.workers + 8)
-        )
+        engine = _ready_engine(config)
         try:
-            migrations.prepare_schema(engine, auto_migrate=config.auto_migrate)
             storage = SQLStorage(engine)
             service = MemoryService(
                 config, storage=storage, start=with_worker, on_result=metrics.observe_update
@@ -81,10 +72,36 @@ class ServerState:
             migrations.head_revision(),
         )
 
+    @staticmethod
+    def check(config: MemoryConfig) -> None:
+        """Raise now what :meth:`open` would raise for ``config``'s database (``memory-sql
+        serve`` says it in one line before it starts serving)."""
+        _ready_engine(config).dispose()
+
     def close(self) -> None:
         self.service.close()
         self.storage.close()
         self.engine.dispose()
+
+
+def _ready_engine(config: MemoryConfig) -> Engine:
+    """The service's engine for ``config.storage``, its schema at head (see
+    :func:`memory_sql.migrations.prepare_schema`)."""
+    if config.storage_class or "://" not in config.storage:
+        raise ConfigError(
+            "the HTTP service needs a SQL database as storage (sqlite:///… or "
+            f"postgresql+psycopg://…), not {config.storage!r}",
+            key="storage",
+        )
+    engine = create_engine(
+        config.storage, tenant_default=NO_TENANT, pool_size=max(10, config.workers + 8)
+    )
+    try:
+        migrations.prepare_schema(engine, auto_migrate=config.auto_migrate)
+    except BaseException:
+        engine.dispose()
+        raise
+    return engine
 
 
 def _warn_if_row_security_is_bypassed(engine: Engine) -> None:
