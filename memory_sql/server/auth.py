@@ -15,7 +15,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Header, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from ..scope import Scope
 from ..tenancy import acting_for
@@ -41,16 +42,32 @@ class Caller:
             yield
 
 
-def _authenticate(request: Request) -> Caller:
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+_bearer = HTTPBearer(
+    auto_error=False,
+    scheme_name="API key",
+    description="A key made by `memory-sql keys create` (msk_…); it names the tenant.",
+)
+
+
+def _authenticate(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    named: Annotated[
+        str | None,
+        Header(
+            alias=TENANT_HEADER,
+            description="Operator keys only: the tenant to act for (any other key: its own, "
+            "or left out).",
+        ),
+    ] = None,
+) -> Caller:
+    token = credentials.credentials.strip() if credentials is not None else ""
+    if not token:
         raise _unauthorized("missing API key: send Authorization: Bearer <key>")
-    key = request.app.state.memory.keys.check(token.strip())
+    key = request.app.state.memory.keys.check(token)
     if key is None:
         raise _unauthorized("invalid or revoked API key")
     request.state.key_id = key.key_id
-    named = request.headers.get(TENANT_HEADER)
     if key.operator:
         if not named:
             raise ApiError(
