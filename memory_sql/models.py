@@ -329,11 +329,22 @@ def copy_model(model: _M, **values: Any) -> _M:
     """A shallow copy of ``model`` with ``values`` in place of some fields, none of them
     validated: what ``model_copy(update=values)`` does, at a third of its cost. Only for
     values that are valid already (what the store holds, computed by the store)."""
-    copy = _new_object(type(model))
-    _set_attribute(copy, "__dict__", {**model.__dict__, **values})
-    _set_attribute(copy, "__pydantic_fields_set__", set(model.__pydantic_fields_set__))
-    _set_attribute(copy, "__pydantic_extra__", None)
-    _set_attribute(copy, "__pydantic_private__", None)
+    return _copy_of(model, {**model.__dict__, **values})
+
+
+# BaseModel's slots, set through their descriptors (cheaper than object.__setattr__ by name).
+_set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
+_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
+_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
+
+
+def _copy_of(model: _M, values: dict[str, Any]) -> _M:
+    """A copy of ``model`` holding ``values`` (a new dict, all fields) as its fields."""
+    copy = _new_object(model.__class__)
+    _set_attribute(copy, "__dict__", values)
+    _set_fields_set(copy, set(model.__pydantic_fields_set__))
+    _set_extra(copy, None)
+    _set_private(copy, None)
     return copy
 
 
@@ -364,17 +375,21 @@ class MemoryDocument(_Model):
         """A copy that shares nothing mutable with this one, much cheaper than a deep copy:
         facts are immutable, so the copy has a new list of the same facts (and new
         sections, the only other mutable parts)."""
-        user, history = self.user, self.history
-        return copy_model(
-            self,
-            user=copy_model(
-                user, **{name: copy_model(getattr(user, name)) for name in USER_SECTIONS}
-            ),
-            history=copy_model(
-                history, **{name: copy_model(getattr(history, name)) for name in HISTORY_SECTIONS}
-            ),
-            facts=list(self.facts),
+        user, history = self.user.__dict__, self.history.__dict__
+        values = self.__dict__.copy()
+        values["user"] = _copy_of(
+            self.user,
+            {**user, **{n: _copy_of(user[n], user[n].__dict__.copy()) for n in USER_SECTIONS}},
         )
+        values["history"] = _copy_of(
+            self.history,
+            {
+                **history,
+                **{n: _copy_of(history[n], history[n].__dict__.copy()) for n in HISTORY_SECTIONS},
+            },
+        )
+        values["facts"] = list(values["facts"])
+        return _copy_of(self, values)
 
     def sections(self) -> dict[str, Section]:
         """All six sections by name (``work_context`` … ``long_term_background``)."""

@@ -199,6 +199,28 @@ def test_a_save_by_the_driver_is_one_statement_on_postgresql(store, scope):
     assert changed.id == doc.facts[3].id and changed.updated_at is not None
 
 
+def test_sqlalchemy_transactions_stay_transactions_after_driver_calls(store, scope):
+    """The driver's path leaves its pooled connections in autocommit; SQLAlchemy's own
+    connections (the same pooled ones) still get transactions that roll back."""
+    store.save(MemoryDocument(facts=[Fact(content="kept")]), **scope)
+    for _ in range(3):
+        store.load(**scope)
+    store.engine.pool.dispose()  # any pooled connection will do, below: use them all
+    store.load(**scope)
+    with store.engine.connect() as conn:
+        if store.engine.dialect.name == "postgresql":
+            assert conn.connection.driver_connection.autocommit is False
+        with conn.begin() as tx:
+            conn.execute(sa.update(memory_scopes).values(version=memory_scopes.c.version + 7))
+            tx.rollback()
+    with store.engine.connect() as conn:
+        versions = conn.execute(
+            sa.select(memory_scopes.c.version).where(memory_scopes.c.user_id == scope["user_id"])
+        ).scalars()
+        assert list(versions) == [1]
+    assert store.load(**scope).version == 1
+
+
 def test_a_driver_read_that_fails_is_done_again_by_sqlalchemy(store, scope):
     store.save(MemoryDocument(facts=[Fact(content="kept")]), **scope)
     store.load(**scope)

@@ -106,8 +106,8 @@ def _checked_save(
     expected = doc.version if expected_version is None else expected_version
     if expected < 0:
         raise ValueError(f"expected_version must be >= 0, not {expected}")
-    ids = list(map(_ID, doc.facts))
-    if len(set(ids)) != len(ids):
+    if len(set(map(_ID, doc.facts))) != len(doc.facts):
+        ids = list(map(_ID, doc.facts))
         repeated = next(i for i in ids if ids.count(i) > 1)
         raise ValueError(f"memory {scope}: fact id {repeated!r} appears twice")
     return scope, expected
@@ -125,6 +125,8 @@ class Changes:
     """Ids of updated facts whose casefold key changed."""
     removed: dict[str, Fact] = field(default_factory=dict)
     """The deleted facts as they were, by id."""
+    positions: dict[str, int] = field(default_factory=dict)
+    """Where each updated fact's id stands in the base document's facts."""
 
     def __bool__(self) -> bool:
         return bool(self.inserted or self.updated or self.deleted or self.sections)
@@ -163,26 +165,31 @@ def diff_documents(base: MemoryDocument, doc: MemoryDocument, now: datetime) -> 
     base_facts, facts = base.facts, doc.facts
     old_at, new_at = _moved(base_facts, facts)
     stored = {base_facts[i].id: base_facts[i] for i in old_at}
+    where = {base_facts[i].id: i for i in old_at}
     changes = Changes()
     for i in new_at:
         fact = facts[i]
         old = stored.pop(fact.id, None)
         if old is fact:
             continue
+        # Facts are frozen and their values valid: the copies need no validation.
         if old is None:
-            changes.inserted.append(fact.model_copy(update={"updated_at": now}))
+            changes.inserted.append(copy_model(fact, updated_at=now))
         elif any(getattr(fact, name) != getattr(old, name) for name in _FACT_FIELDS):
-            changes.updated.append(
-                fact.model_copy(update={"updated_at": now, "created_at": old.created_at})
-            )
-            if fact.key != old.key:
+            changes.updated.append(copy_model(fact, updated_at=now, created_at=old.created_at))
+            changes.positions[fact.id] = where[fact.id]
+            if fact.content != old.content and fact.key != old.key:
                 changes.rekeyed.add(fact.id)
     changes.deleted = list(stored)
     changes.removed = stored
     base_sections = base.sections()
     for name, section in doc.sections().items():
         before = base_sections[name]
-        if section is not before and section != before:
+        # Sections hold plain values: equal fields (and class) are equal sections, as
+        # pydantic's ``==`` would find at several times the cost.
+        if section is not before and (
+            section.__class__ is not before.__class__ or section.__dict__ != before.__dict__
+        ):
             stamp = section.updated_at if section.updated_at != before.updated_at else now
             changes.sections[name] = section.model_copy(update={"updated_at": stamp})
     return changes
@@ -210,7 +217,7 @@ def apply_changes(
     elif not changes.deleted and not inserted:  # an update keeps its creation time: in place
         facts = list(base.facts)
         updated = {fact.id: fact for fact in changes.updated}
-        for i in _positions(facts, updated):
+        for i in _positions(facts, updated, changes.positions):
             facts[i] = updated[facts[i].id]
     else:
         by_id = {fact.id: fact for fact in base.facts}
@@ -230,8 +237,15 @@ def apply_changes(
     return copy_model(base, **stamped)
 
 
-def _positions(facts: list[Fact], ids: dict[str, Fact]) -> list[int]:
-    """The indexes in ``facts`` of the facts whose ids are keys of ``ids``."""
+def _positions(
+    facts: list[Fact], ids: dict[str, Fact], known: dict[str, int] | None = None
+) -> list[int]:
+    """The indexes in ``facts`` of the facts whose ids are keys of ``ids`` (``known``: where
+    :func:`diff_documents` found them, used when right)."""
+    if known and len(known) == len(ids):
+        at = [known.get(fact_id, -1) for fact_id in ids]
+        if all(0 <= i < len(facts) and facts[i].id == f for f, i in zip(ids, at, strict=True)):
+            return at
     if len(ids) == 1:
         return [list(map(_ID, facts)).index(next(iter(ids)))]
     return [i for i, fact_id in enumerate(map(_ID, facts)) if fact_id in ids]

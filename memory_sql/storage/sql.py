@@ -6,6 +6,7 @@ import functools
 import hashlib
 import json
 import operator
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -17,6 +18,7 @@ from pydantic import ValidationError
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.pool import Pool
 
 from ..database import database_errors, reconnecting, redacted
 from ..errors import DuplicateFactError, StorageError, VersionConflictError
@@ -485,41 +487,88 @@ def _unobserved(engine: Engine) -> bool:
     return not (dispatch.before_cursor_execute or dispatch.after_cursor_execute or engine.echo)
 
 
-@contextmanager
-def _driver_connection(engine: Engine, *, raising: bool = False) -> Iterator[Any]:
+# Pooled PostgreSQL connections the driver's path used stay in autocommit between calls, so a
+# driver call sets nothing (a toggle on and off again cost two calls into psycopg each time);
+# a checkout for anything else (SQLAlchemy's Connection, a revalidation, another raw checkout)
+# turns autocommit off again first, so SQLAlchemy's connections are as it left them. The
+# listener is on the Pool class, set at import: adding one to a pool in use would race with
+# the threads iterating its listeners.
+_local = threading.local()
+_AUTOCOMMIT_LEFT = "memory_sql.autocommit_left"
+
+
+def _leave_autocommit(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+    """Pool ``checkout``: a connection the driver's path left in autocommit goes back to
+    transactions, unless the driver's path itself is checking it out."""
+    if record.info.get(_AUTOCOMMIT_LEFT) and not getattr(_local, "driver", False):
+        try:
+            dbapi_connection.autocommit = False
+        except Exception as exc:  # a pooled connection found dead: the pool takes another
+            raise sa_exc.DisconnectionError(f"cannot end autocommit: {exc}") from exc
+        del record.info[_AUTOCOMMIT_LEFT]
+
+
+sa.event.listen(Pool, "checkout", _leave_autocommit)
+
+
+class _driver_connection:
     """A pooled connection of the driver itself (checked out through the pool, so its
     checkout hooks run), in autocommit for its statements. A driver error raises
     :class:`_Fallback` or, with ``raising``, SQLAlchemy's wrapper of it; a connection found
     dead is discarded. A connection not to be had raises SQLAlchemy's wrapper of the driver's
-    error, as ``engine.connect()`` would (the pool hands the raw one on)."""
-    dialect = engine.dialect
-    driver_error: type[Exception] = dialect.loaded_dbapi.Error
-    postgres = dialect.name == "postgresql"
-    try:
-        fairy = engine.raw_connection()
-    except driver_error as exc:
-        raise sa_exc.DBAPIError.instance(None, None, exc, driver_error, dialect=dialect) from exc
-    try:
-        dbapi = fairy.driver_connection
+    error, as ``engine.connect()`` would (the pool hands the raw one on).
+
+    A class, not a generator: it runs on every load and save."""
+
+    __slots__ = ("engine", "fairy", "raising")
+
+    def __init__(self, engine: Engine, *, raising: bool = False) -> None:
+        self.engine = engine
+        self.raising = raising
+
+    def __enter__(self) -> Any:
+        engine = self.engine
+        dialect = engine.dialect
+        postgres = dialect.name == "postgresql"
+        if postgres:
+            _local.driver = True
         try:
+            fairy = engine.raw_connection()
+        except dialect.loaded_dbapi.Error as exc:
+            raise sa_exc.DBAPIError.instance(
+                None, None, exc, dialect.loaded_dbapi.Error, dialect=dialect
+            ) from exc
+        finally:
             if postgres:
-                dbapi.autocommit = True
+                _local.driver = False
+        self.fairy = fairy
+        dbapi = fairy.driver_connection
+        if postgres and not dbapi.autocommit:
             try:
-                yield dbapi
-            finally:
-                if postgres:
-                    dbapi.autocommit = False
-        except driver_error as exc:
+                dbapi.autocommit = True
+            except BaseException as exc:
+                self.__exit__(type(exc), exc, None)
+                raise
+            fairy.info[_AUTOCOMMIT_LEFT] = True
+        return dbapi
+
+    def __exit__(self, exc_type: Any, exc: Any, _tb: Any) -> bool:
+        fairy = self.fairy
+        try:
+            dialect = self.engine.dialect
+            driver_error: type[Exception] = dialect.loaded_dbapi.Error
+            if exc is None or not isinstance(exc, driver_error):
+                return False
             dead = dialect.is_disconnect(exc, fairy.dbapi_connection, None)
             if dead:
                 fairy.invalidate(exc)
-            if not raising:
+            if not self.raising:
                 raise _Fallback from exc
             raise sa_exc.DBAPIError.instance(
                 None, None, exc, driver_error, connection_invalidated=dead, dialect=dialect
             ) from exc
-    finally:
-        fairy.close()
+        finally:
+            fairy.close()
 
 
 @functools.lru_cache(maxsize=256)
@@ -608,10 +657,12 @@ class SQLStorage(MemoryStorage):
     def _load(self, scope: Scope) -> MemoryDocument:
         if self._unobserved():
             try:
-                with self._errors(scope):  # a connection not to be had is reported now
-                    return self._load_by_driver(scope, self._cache.latest(scope))
+                return self._load_by_driver(scope, self._cache.latest(scope))
             except _Fallback:
                 pass
+            except Exception:  # a connection not to be had is reported now
+                with self._errors(scope):
+                    raise
         # Autocommit: each read is one round trip, with no BEGIN before it nor ROLLBACK after.
         with self._errors(scope), self._reader() as conn:
             entry = self._cache.latest(scope)
@@ -745,13 +796,16 @@ class SQLStorage(MemoryStorage):
             scope, changes, expected_version, created_at, now
         )
         statement = _one_statement_sql(expected_version == 0, writes)
-        with self._errors(scope, doc):
+        try:
             if self._unobserved():
                 with self._driver(raising=True) as dbapi:
                     won = dbapi.execute(statement, parameters).fetchone()
             else:
                 with self._reader() as conn:
                     won = conn.exec_driver_sql(statement, parameters).first()
+        except Exception:  # as memory_sql's errors (no context manager on the way in)
+            with self._errors(scope, doc):
+                raise
         if won is None:  # another version, or another scope's incarnation: nothing written
             self._cache.drop(scope)
             return None  # the transactional path tells a conflict from a stale cache entry
