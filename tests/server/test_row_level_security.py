@@ -347,6 +347,46 @@ def test_the_service_engine_sets_the_tenant_inside_a_transaction_too(
     assert none == []
 
 
+def test_the_running_service_state_sees_only_the_tenant_it_acts_for(
+    app_role: AppRole, seeded: dict[str, dict[str, list[Any]]]
+) -> None:
+    """The service's own pool, as ``memory-sql serve`` builds it (ServerState.open), after it
+    served a request of each tenant: a deliberately unfiltered SELECT sees only the tenant a
+    caller acts for, and nothing outside any."""
+    from memory_sql import MemoryConfig
+    from memory_sql.server.auth import Caller
+    from memory_sql.server.keys import ApiKey
+    from memory_sql.server.metrics import Metrics
+    from memory_sql.server.state import ServerState
+
+    state = ServerState.open(MemoryConfig(storage=app_role.url), Metrics(), with_worker=False)
+    callers = {
+        tenant: Caller(ApiKey(f"k{tenant}", tenant, "read", None, None, None, None), tenant)
+        for tenant in ("A", "B")
+    }
+
+    def unfiltered() -> list[str]:
+        with state.engine.connect() as conn:
+            return sorted(conn.execute(sa.text("SELECT tenant_id FROM memory_facts")).scalars())
+
+    try:
+        for tenant, caller in callers.items():  # a request of each: the routes' own path
+            (user, contents), *_ = SEEDED[tenant].items()
+            with caller.acting():
+                loaded = state.storage.load(user_id=user, tenant_id=tenant)
+            assert sorted(f.content for f in loaded.facts) == sorted(contents)
+        seen = {}
+        for tenant, caller in callers.items():
+            with caller.acting():
+                seen[tenant] = unfiltered()
+        outside = unfiltered()
+    finally:
+        state.close()
+    for tenant in callers:
+        assert seen[tenant] == [tenant] * len(seeded["memory_facts"][tenant])
+    assert outside == []
+
+
 # --- what the role may not do ---------------------------------------------------------------
 
 
