@@ -28,14 +28,15 @@ router = APIRouter(
 )
 
 
-def load(
+def _load(
     state: ServerState, caller: Caller, user_id: str, agent_name: str | None
 ) -> MemoryDocument:
     """The memory of (user, agent) in the caller's tenant; 404 when there is none."""
     with caller.acting():
         doc = state.storage.load(user_id=user_id, agent_name=agent_name, tenant_id=caller.tenant_id)
     if doc.version == 0:
-        raise not_found(f"no memory of user {user_id!r}, agent {agent_name!r}")
+        agent = f", agent {agent_name!r}" if agent_name else ""
+        raise not_found(f"no memory of user {user_id!r}{agent}")
     return doc
 
 
@@ -61,7 +62,7 @@ def context(user_id: str, caller: Reader, state: State, agent_name: AgentQuery =
 
 @router.get("/users/{user_id}/memory", summary="The memory document (DeerFlow's memory.json)")
 def get_memory(user_id: str, caller: Reader, state: State, agent_name: AgentQuery = None) -> Any:
-    doc = load(state, caller, user_id, agent_name)
+    doc = _load(state, caller, user_id, agent_name)
     return JSONResponse(doc.to_deerflow(), headers=etag(doc.version))
 
 
