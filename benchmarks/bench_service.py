@@ -40,8 +40,6 @@ import argparse
 import itertools
 import os
 import platform
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -58,6 +56,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from _common import PG_URL, fmt, percentile, scratch_postgres
 
@@ -68,7 +67,7 @@ from memory_sql.storage import SQLStorage
 
 try:
     import httpx
-    import yaml
+    from server.service_process import ServiceProcess
 except ImportError as exc:
     sys.exit(
         f"bench_service needs httpx and the server extra (pip install -e '.[dev,server]'): {exc}"
@@ -95,7 +94,6 @@ CONVERSATION = [
     {"role": "user", "content": "Also, keep answers short, I read them on my phone. " * 3},
     {"role": "assistant", "content": "Understood, short answers it is. " * 3},
 ]
-STARTUP_SECONDS = 30.0
 ON, OFF = "RLS on", "RLS off"
 HTTP, PYTHON = "HTTP", "Python"
 POST, CONTEXT = "POST /v1/conversations", "GET /v1/users/{user}/context"
@@ -241,66 +239,6 @@ def tenant(n: int) -> str:
 # the service -----------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class Service:
-    """``memory-sql serve --no-worker`` on ``url``, on a free 127.0.0.1 port."""
-
-    def __init__(self, folder: Path, name: str, url: str) -> None:
-        self.port = free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}"
-        config = folder / f"{name}.yaml"
-        config.write_text(yaml.safe_dump({"memory": {"storage": url}}), encoding="utf-8")
-        self.log_path = folder / f"{name}.log"
-        environment = {k: v for k, v in os.environ.items() if not k.startswith("MEMORY_SQL_")}
-        with self.log_path.open("wb") as log:
-            self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "memory_sql",
-                    "serve",
-                    "--no-worker",
-                    "--port",
-                    str(self.port),
-                    "--config",
-                    str(config),
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=environment,
-            )
-        deadline = time.monotonic() + STARTUP_SECONDS
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"memory-sql serve exited: {self.log()}")
-            with suppress(httpx.TransportError):
-                if httpx.get(f"{self.base_url}/readyz", timeout=1.0).status_code == 200:
-                    return
-            if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(
-                    f"memory-sql serve not ready in {STARTUP_SECONDS} s: {self.log()}"
-                )
-            time.sleep(0.1)
-
-    def log(self) -> str:
-        return self.log_path.read_text(encoding="utf-8", errors="replace")[-2000:]
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-
 # the sides -------------------------------------------------------------------------------------
 
 
@@ -344,6 +282,7 @@ class Side:
 class HttpSide(Side):
     base_url: str
     secrets: dict[str, str]  # tenant -> the secret of a write key of it
+    process: ServiceProcess
 
     def worker(self, operation: str) -> tuple[Callable[[], None], Callable[[], None]]:
         client = httpx.Client(
@@ -615,10 +554,10 @@ def main() -> int:
             engine = create_engine(urls[rls])
             stack.callback(engine.dispose)
             secrets = {t: create_key(engine, tenant_id=t, role="write")[1] for t in TENANTS}
-            service = Service(folder, f"serve-{'on' if rls == ON else 'off'}", connect[rls])
+            service = ServiceProcess(folder, {"storage": connect[rls]}, with_worker=False)
             stack.callback(service.stop)
             http = HttpSide(f"{HTTP}, {rls}", HTTP, rls, errors, rls)
-            http.base_url, http.secrets = service.base_url, secrets
+            http.base_url, http.secrets, http.process = service.base_url, secrets, service
             library = MemoryService(MemoryConfig(storage=connect[rls]), start=False)
             stack.callback(library.close)
             python = PythonSide(f"{PYTHON}, {rls}", PYTHON, rls, errors, rls)
@@ -641,10 +580,8 @@ def main() -> int:
                 )
         print_report(cells, sides)
         for s in sides:
-            if isinstance(s, HttpSide):
-                log = (folder / f"serve-{'on' if s.rls == ON else 'off'}.log").read_text()
-                if "Traceback" in log:
-                    errors.add(f"{s.name}: a traceback in the service's log")
+            if isinstance(s, HttpSide) and "Traceback" in s.process.log:
+                errors.add(f"{s.name}: a traceback in the service's log")
         print(
             f"\n{sum(len(c.latencies) for c in cells.values()):,} requests measured,"
             f" {errors.count} errors; {time.perf_counter() - started:.0f} s in all"

@@ -1,5 +1,6 @@
 """A real ``memory-sql serve`` in a subprocess on a free 127.0.0.1 port, for the service tests
-and the service benchmark: started with a YAML config of the test's, stopped with SIGTERM."""
+and ``benchmarks/bench_service.py``: started with a YAML config of the caller's, stopped with
+SIGTERM."""
 
 from __future__ import annotations
 
@@ -71,7 +72,8 @@ class ServiceProcess:
 
     @property
     def log(self) -> str:
-        self._log.flush()
+        if not self._log.closed:
+            self._log.flush()
         return self.log_path.read_text(encoding="utf-8", errors="replace")
 
     def client(self, key: str | None = None, **headers: str) -> httpx.Client:
