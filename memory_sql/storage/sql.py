@@ -297,6 +297,21 @@ def _iso(moment: datetime | None) -> str | None:
     return None if moment is None else moment.isoformat()
 
 
+def _one_fact(prefix: str, fact: Fact, **more: Any) -> dict[str, Any]:
+    """The parameters of a save's lone fact row, named ``<prefix>_<column>``."""
+    return {
+        f"{prefix}_fact_id": fact.id,
+        f"{prefix}_content": fact.content,
+        f"{prefix}_content_key": fact_digest(fact.content),
+        f"{prefix}_category": fact.category,
+        f"{prefix}_confidence": fact.confidence,
+        f"{prefix}_source_thread_id": fact.source_thread_id,
+        f"{prefix}_source_error": fact.source_error,
+        f"{prefix}_updated_at": fact.updated_at,
+        **more,
+    }
+
+
 def _fact_records(facts: list[Fact]) -> str | None:
     """``facts`` as the JSON rows of the one-statement save (None: no rows)."""
     if not facts:
@@ -344,17 +359,7 @@ def _one_statement_parameters(
         writes.append("deleted")
     updated, inserted = changes.updated, changes.inserted
     if len(updated) == 1:
-        fact = updated[0]
-        parameters.update(
-            u_fact_id=fact.id,
-            u_content=fact.content,
-            u_content_key=fact_digest(fact.content),
-            u_category=fact.category,
-            u_confidence=fact.confidence,
-            u_source_thread_id=fact.source_thread_id,
-            u_source_error=fact.source_error,
-            u_updated_at=fact.updated_at,
-        )
+        parameters.update(_one_fact("u", updated[0]))
         writes.append("updated_one")
     elif updated:
         parameters["updated"] = _fact_records(updated)
@@ -363,18 +368,7 @@ def _one_statement_parameters(
         parameters["updated_ids"] = [f.id for f in updated]
         writes.append("updated")
     if len(inserted) == 1:
-        fact = inserted[0]
-        parameters.update(
-            i_fact_id=fact.id,
-            i_content=fact.content,
-            i_content_key=fact_digest(fact.content),
-            i_category=fact.category,
-            i_confidence=fact.confidence,
-            i_source_thread_id=fact.source_thread_id,
-            i_source_error=fact.source_error,
-            i_created_at=fact.created_at,
-            i_updated_at=fact.updated_at,
-        )
+        parameters.update(_one_fact("i", inserted[0], i_created_at=inserted[0].created_at))
         writes.append("inserted_one")
     elif inserted:
         parameters["inserted"] = _fact_records(inserted)
