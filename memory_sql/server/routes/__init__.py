@@ -17,6 +17,7 @@ from fastapi import Header, Query
 from ... import admin
 from ...errors import VersionConflictError
 from ...scope import Scope
+from ..auth import Caller
 from ..errors import ApiError
 from ..state import ServerState
 
@@ -74,19 +75,24 @@ def stale(expected: int, actual: int | None) -> ApiError:
 
 
 @contextmanager
-def precondition(expected: int | None, state: ServerState, scope: Scope) -> Iterator[int | None]:
-    """A change of ``scope``'s memory based on ``expected`` (from :func:`expected_version`);
-    yields the version to pass as ``expected_version``. ``*`` needs the memory to exist. A
-    version conflict answers 412 with an ``If-Match``; without one, the library retried on the
-    newest version and a conflict left is a 409. Either is counted in the metrics."""
-    if expected == ANY_VERSION and not admin.memory_exists(
-        state.engine, scope.user_id, agent_name=scope.agent_name, tenant_id=scope.tenant_id
-    ):
-        raise stale(ANY_VERSION, None)
-    try:
-        yield None if expected == ANY_VERSION else expected
-    except VersionConflictError as exc:
-        state.metrics.version_conflicts.labels("api").inc()
-        if expected is None:
-            raise
-        raise stale(expected, exc.actual) from None
+def precondition(
+    if_match: str | None, state: ServerState, caller: Caller, scope: Scope
+) -> Iterator[int | None]:
+    """A change of ``scope``'s memory, made in the block, acting for the caller, based on the
+    version ``if_match`` names (:func:`expected_version`); yields the version to pass as
+    ``expected_version``. ``*`` needs the memory to exist. A version conflict answers 412 with
+    an ``If-Match``; without one, the library retried on the newest version and a conflict left
+    is a 409. Either is counted in the metrics."""
+    expected = expected_version(if_match)
+    with caller.acting():
+        if expected == ANY_VERSION and not admin.memory_exists(
+            state.engine, scope.user_id, agent_name=scope.agent_name, tenant_id=scope.tenant_id
+        ):
+            raise stale(ANY_VERSION, None)
+        try:
+            yield None if expected == ANY_VERSION else expected
+        except VersionConflictError as exc:
+            state.metrics.version_conflicts.labels("api").inc()
+            if expected is None:
+                raise
+            raise stale(expected, exc.actual) from None

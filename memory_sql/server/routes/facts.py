@@ -15,7 +15,7 @@ from ...scope import Scope
 from ..auth import Caller, Reader, Writer
 from ..errors import ApiError, error_responses, not_found
 from ..state import ServerState, State
-from . import AgentQuery, IfMatch, etag, expected_version, precondition
+from . import AgentQuery, IfMatch, etag, precondition
 
 router = APIRouter(
     prefix="/v1/users/{user_id}",
@@ -91,20 +91,19 @@ def create_fact(
     if_match: IfMatch = None,
 ) -> Any:
     scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=caller.tenant_id)
-    expected = expected_version(if_match)
-    with caller.acting(), precondition(expected, state, scope) as version:
+    with precondition(if_match, state, caller, scope) as version:
         change = admin.add_fact(
             state.storage,
             body.content,
             category=body.category,
             confidence=body.confidence,
             source_thread_id=body.source_thread_id,
-            user_id=user_id,
-            agent_name=agent_name,
-            tenant_id=caller.tenant_id,
+            user_id=scope.user_id,
+            agent_name=scope.agent_name,
+            tenant_id=scope.tenant_id,
             expected_version=version,
         )
-    return _answer(change, user_id, agent_name, caller.tenant_id, status=201)
+    return _answer(change, scope, status=201)
 
 
 @router.patch("/facts/{fact_id}", summary="Change a fact's content, category or confidence")
@@ -123,18 +122,17 @@ def patch_fact(
     if any(value is None for key, value in changes.items() if key != "source_error"):
         raise ApiError(400, "invalid_request", "content, category and confidence cannot be null")
     scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=caller.tenant_id)
-    expected = expected_version(if_match)
-    with caller.acting(), precondition(expected, state, scope) as version:
+    with precondition(if_match, state, caller, scope) as version:
         change = admin.update_fact(
             state.storage,
             fact_id,
-            user_id=user_id,
-            agent_name=agent_name,
-            tenant_id=caller.tenant_id,
+            user_id=scope.user_id,
+            agent_name=scope.agent_name,
+            tenant_id=scope.tenant_id,
             expected_version=version,
             **changes,
         )
-    return _answer(change, user_id, agent_name, caller.tenant_id)
+    return _answer(change, scope)
 
 
 @router.delete("/facts/{fact_id}", summary="Delete a fact")
@@ -147,17 +145,16 @@ def delete_fact(
     if_match: IfMatch = None,
 ) -> Any:
     scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=caller.tenant_id)
-    expected = expected_version(if_match)
-    with caller.acting(), precondition(expected, state, scope) as version:
+    with precondition(if_match, state, caller, scope) as version:
         change = admin.remove_fact(
             state.storage,
             fact_id,
-            user_id=user_id,
-            agent_name=agent_name,
-            tenant_id=caller.tenant_id,
+            user_id=scope.user_id,
+            agent_name=scope.agent_name,
+            tenant_id=scope.tenant_id,
             expected_version=version,
         )
-    return _answer(change, user_id, agent_name, caller.tenant_id)
+    return _answer(change, scope)
 
 
 @router.get("/facts/{fact_id}/history", summary="A fact's changes, newest first")
@@ -205,14 +202,7 @@ def _changes(
     return {"events": events, "next": cursor}
 
 
-def _answer(
-    change: admin.FactChange,
-    user_id: str,
-    agent_name: str | None,
-    tenant_id: str,
-    status: int = 200,
-) -> JSONResponse:
-    scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=tenant_id)
+def _answer(change: admin.FactChange, scope: Scope, status: int = 200) -> JSONResponse:
     record = admin.FactRecord(scope.tenant_id, scope.user_id, scope.agent_name, change.fact)
     return JSONResponse(
         {"fact": record.to_dict(), "version": change.version},

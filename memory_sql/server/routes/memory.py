@@ -21,7 +21,7 @@ from ...tenancy import acting_for
 from ..auth import Admin, Caller, Reader, Writer
 from ..errors import error_responses, not_found
 from ..state import ServerState, State
-from . import AgentQuery, IfMatch, etag, expected_version, precondition
+from . import AgentQuery, IfMatch, etag, precondition
 
 router = APIRouter(
     prefix="/v1", tags=["memory"], responses=error_responses(400, 403, 404, 409, 412, 413, 422)
@@ -79,8 +79,7 @@ def put_memory(
     if_match: IfMatch = None,
 ) -> Any:
     scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=caller.tenant_id)
-    expected = expected_version(if_match)
-    with caller.acting(), precondition(expected, state, scope) as version:
+    with precondition(if_match, state, caller, scope) as version:
         before, after = admin.import_memory(
             state.storage,
             memory,
