@@ -31,11 +31,14 @@ def test_keys_are_made_listed_and_revoked(tmp_path):
                 map(str, conn.execute(sa.text("SELECT * FROM memory_api_keys")).one())
             )
         assert secret.split("_")[2] not in stored  # only its hash is kept
+        never_used = json.loads(runner.invoke(app, ["keys", "list", "--json", "--url", url]).output)
+        assert never_used[0]["last_used_at"] is None
         assert KeyChecker(engine).check(secret).tenant_id == "acme"
 
         listed = runner.invoke(app, ["keys", "list", "--json", "--url", url])
         (entry,) = json.loads(listed.output)
         assert (entry["key_id"], entry["role"], entry["revoked_at"]) == (key_id, "read", None)
+        assert entry["last_used_at"] is not None  # a check records the key's use
         assert secret not in listed.output
 
         revoked = runner.invoke(app, ["keys", "revoke", key_id, "--url", url])

@@ -332,6 +332,26 @@ def test_the_service_engine_sets_the_tenant_acted_for_on_each_checkout(
     assert first == second == third == fourth == fifth == sixth
 
 
+def test_a_pooled_connection_killed_under_the_tenant_hook_is_replaced(
+    app_role: AppRole, owner_engine: Engine, seeded: dict[str, dict[str, list[Any]]]
+) -> None:
+    """The hook's own statement is the first to meet a connection the server dropped: the pool
+    takes a new one instead of failing the caller's call."""
+    engine = create_engine(app_role.url, tenant_default=NO_TENANT, pool_size=1, max_overflow=0)
+    try:
+        with acting_for("A"), engine.connect() as conn:
+            first = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+        with owner_engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT pg_terminate_backend(:p)"), {"p": first}).scalar()
+        with acting_for("B"), engine.connect() as conn:  # the hook writes "B" first: it fails
+            second = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+            rows = conn.execute(sa.text("SELECT tenant_id FROM memory_facts")).scalars().all()
+    finally:
+        engine.dispose()
+    assert second != first
+    assert rows == ["B"] * len(seeded["memory_facts"]["B"])
+
+
 def test_the_service_engine_sets_the_tenant_inside_a_transaction_too(
     app_role: AppRole, seeded: dict[str, dict[str, list[Any]]]
 ) -> None:
