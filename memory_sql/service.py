@@ -37,7 +37,7 @@ from .errors import LeaseLostError
 from .injection import render_memory_block
 from .intake import filter_messages_for_memory, has_minimum_dialogue
 from .llm import LLMClient
-from .models import utcnow
+from .models import MemoryDocument, utcnow
 from .pattern_files import load_patterns
 from .prompt import split_conversation
 from .queue import PendingUpdate, RunOutcome, Spool, UpdateQueue, UpdateWorker, manage
@@ -219,19 +219,26 @@ class MemoryService:
             return ""
         try:
             doc = self.storage.load(user_id=user_id, agent_name=agent_name, tenant_id=tenant_id)
-            return render_memory_block(
-                doc,
-                today=today,
-                max_tokens=self.config.injected_memory_max_tokens,
-                guaranteed_categories=self.config.guaranteed_categories,
-                guaranteed_token_budget=self.config.guaranteed_token_budget,
-                counter=self.counter,
-            )
+            return self.render_context(doc, today=today)
         except Exception:
             self._problem(
                 "memory_sql: cannot read the memory of user %r, agent %r", user_id, agent_name
             )
             return ""
+
+    def render_context(self, doc: MemoryDocument, *, today: date | None = None) -> str:
+        """``doc`` as :meth:`memory_context` renders it, with this service's token budget and
+        guaranteed categories (``""`` when memory is off), for a caller that loaded it."""
+        if not self.config.enabled:
+            return ""
+        return render_memory_block(
+            doc,
+            today=today,
+            max_tokens=self.config.injected_memory_max_tokens,
+            guaranteed_categories=self.config.guaranteed_categories,
+            guaranteed_token_budget=self.config.guaranteed_token_budget,
+            counter=self.counter,
+        )
 
     # operating it ----------------------------------------------------------------------------
 

@@ -14,7 +14,6 @@ from starlette.concurrency import run_in_threadpool
 
 from ... import admin
 from ...errors import ImportFileError
-from ...injection import render_memory_block
 from ...models import MemoryDocument
 from ...scope import Scope
 from ...tenancy import acting_for
@@ -45,18 +44,9 @@ def _load(
     summary="The memory block for the system prompt ('' when there is nothing to show)",
 )
 def context(user_id: str, caller: Reader, state: State, agent_name: AgentQuery = None) -> Any:
-    config = state.config
     with caller.acting():
         doc = state.storage.load(user_id=user_id, agent_name=agent_name, tenant_id=caller.tenant_id)
-    block = ""
-    if config.enabled:
-        block = render_memory_block(
-            doc,
-            max_tokens=config.injected_memory_max_tokens,
-            guaranteed_categories=config.guaranteed_categories,
-            guaranteed_token_budget=config.guaranteed_token_budget,
-            counter=state.service.counter,
-        )
+    block = state.service.render_context(doc)
     return JSONResponse({"context": block, "version": doc.version}, headers=etag(doc.version))
 
 
