@@ -34,6 +34,7 @@ from ..errors import UpdateNotFoundError
 from ..models import format_timestamp, utcnow
 from ..schema import memory_pending_updates as pending
 from ..scope import Scope, check_thread_id
+from .pending import count_statement
 
 KINDS = ("turn", "flush")
 KEY_SYNTAX = "[KIND:]TENANT/USER[/AGENT[/THREAD]] (KIND turn or flush; AGENT - for none)"
@@ -228,20 +229,13 @@ def list_updates(
 
 
 def count_updates(engine: Engine, *, tenant_id: str | None = None) -> dict[str, int]:
-    """Rows ``pending`` (waiting or running), ``failed`` and ``leased`` (running now), of
-    ``tenant_id`` (None: of every tenant)."""
-    now = utcnow()
-    leased = sa.and_(pending.c.lease_until.is_not(None), pending.c.lease_until >= now)
-    query = sa.select(
-        sa.func.count().filter(pending.c.status == "pending"),
-        sa.func.count().filter(pending.c.status == "failed"),
-        sa.func.count().filter(leased),
-    )
+    """:meth:`UpdateQueue.counts <memory_sql.queue.UpdateQueue.counts>` of ``tenant_id``'s rows
+    (None: of every tenant), on a connection of the caller's (row-level security applies)."""
+    query = count_statement(utcnow())
     if tenant_id is not None:
         query = query.where(pending.c.tenant_id == Scope.of(tenant_id=tenant_id).tenant_id)
     with database_errors(engine, "reading the update queue"), engine.connect() as conn:
-        row = conn.execute(query).one()
-    return {"pending": row[0], "failed": row[1], "leased": row[2]}
+        return dict(conn.execute(query).mappings().one())
 
 
 def retry_updates(

@@ -503,19 +503,8 @@ class UpdateQueue:
     def counts(self, *, now: datetime | None = None) -> dict[str, int]:
         """Rows ``pending`` (waiting or running), ``failed`` (given up), ``leased`` (running
         anywhere now) and ``due`` (waiting and due now)."""
-        now = now or utcnow()
-        leased = sa.and_(pending.c.lease_until.is_not(None), pending.c.lease_until >= now)
-        due = sa.and_(pending.c.status == "pending", pending.c.due_at <= now, ~leased)
         with self._connection() as conn:
-            row = conn.execute(
-                sa.select(
-                    sa.func.count().filter(pending.c.status == "pending"),
-                    sa.func.count().filter(pending.c.status == "failed"),
-                    sa.func.count().filter(leased),
-                    sa.func.count().filter(due),
-                )
-            ).one()
-        return {"pending": row[0], "failed": row[1], "leased": row[2], "due": row[3]}
+            return dict(conn.execute(count_statement(now or utcnow())).mappings().one())
 
     @reconnecting
     def oldest_pending_seconds(self, *, now: datetime | None = None) -> float:
@@ -556,6 +545,19 @@ class UpdateQueue:
             self.engine.connect() as conn,
         ):
             yield conn
+
+
+def count_statement(now: datetime) -> sa.Select[Any]:
+    """The queue's rows ``pending`` (waiting or running), ``failed`` (given up), ``leased``
+    (running anywhere now) and ``due`` (waiting and due now), as one row of those columns."""
+    leased = sa.and_(pending.c.lease_until.is_not(None), pending.c.lease_until >= now)
+    due = sa.and_(pending.c.status == "pending", pending.c.due_at <= now, ~leased)
+    return sa.select(
+        sa.func.count().filter(pending.c.status == "pending").label("pending"),
+        sa.func.count().filter(pending.c.status == "failed").label("failed"),
+        sa.func.count().filter(leased).label("leased"),
+        sa.func.count().filter(due).label("due"),
+    )
 
 
 def _key_values(scope: Scope, thread_id: str, kind: str) -> dict[str, str]:

@@ -39,7 +39,6 @@ class ServerState:
     service: MemoryService
     keys: KeyChecker
     metrics: Metrics
-    with_worker: bool
     head_revision: str
 
     @classmethod
@@ -68,7 +67,6 @@ class ServerState:
             service,
             KeyChecker(engine),
             metrics,
-            with_worker,
             migrations.head_revision(),
         )
 

@@ -317,7 +317,12 @@ def test_conversations_are_learned_by_the_worker(service, make_key, llm):
         assert [f["content"] for f in facts] == ["Prefers Python"]
         assert facts[0]["source_thread_id"] == "t1"
         assert "Prefers Python" in http.get("/v1/users/u1/context").json()["context"]
-        assert http.get("/v1/queue").json()["counts"] == {"pending": 0, "failed": 0, "leased": 0}
+        assert http.get("/v1/queue").json()["counts"] == {
+            "pending": 0,
+            "failed": 0,
+            "leased": 0,
+            "due": 0,
+        }
         metrics = http.get("/metrics").text
     assert len(llm.requests) == 1
     assert 'memory_sql_updates_total{outcome="ok"} 1.0' in metrics

@@ -570,7 +570,7 @@ def test_the_worker_updates_each_tenant_under_row_level_security(
                 answer = clients[tenant].get("/v1/queue")
                 assert answer.status_code == 200, answer.text
                 body = answer.json()
-                empty = body["counts"] == {"pending": 0, "failed": 0, "leased": 0}
+                empty = body["counts"] == {"pending": 0, "failed": 0, "leased": 0, "due": 0}
                 return body if empty and body["updates"] == [] else None
 
             for tenant in LEARNED:

@@ -87,7 +87,12 @@ def test_a_database_that_stops_gets_503_and_conversations_wait_for_it(
                 contents = [f["content"] for f in response.json()["facts"]]
             time.sleep(0.3)
         assert sorted(contents) == ["Before", "Prefers Python"]
-        assert http.get("/v1/queue").json()["counts"] == {"pending": 0, "failed": 0, "leased": 0}
+        assert http.get("/v1/queue").json()["counts"] == {
+            "pending": 0,
+            "failed": 0,
+            "leased": 0,
+            "due": 0,
+        }
         assert stranger.get("/v1/users/u1/facts").status_code == 200
         assert len(llm.requests) == 1
         assert "Traceback" not in service.log
