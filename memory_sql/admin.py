@@ -56,7 +56,7 @@ from .schema import (
 )
 from .scope import Scope
 from .storage import MemoryStorage, SQLStorage
-from .storage.sql import read_facts_by_driver
+from .storage.driver import read_facts_by_driver
 
 SAVE_ATTEMPTS = 5
 """How many times a read-modify-save is tried before a version conflict is raised."""

@@ -375,20 +375,15 @@ class MemoryDocument(_Model):
         """A copy that shares nothing mutable with this one, much cheaper than a deep copy:
         facts are immutable, so the copy has a new list of the same facts (and new
         sections, the only other mutable parts)."""
-        user, history = self.user.__dict__, self.history.__dict__
         values = self.__dict__.copy()
-        values["user"] = _copy_of(
-            self.user,
-            {**user, **{n: _copy_of(user[n], user[n].__dict__.copy()) for n in USER_SECTIONS}},
-        )
-        values["history"] = _copy_of(
-            self.history,
-            {
-                **history,
-                **{n: _copy_of(history[n], history[n].__dict__.copy()) for n in HISTORY_SECTIONS},
-            },
-        )
-        values["facts"] = list(values["facts"])
+        for group, names in (("user", USER_SECTIONS), ("history", HISTORY_SECTIONS)):
+            model = values[group]
+            sections = model.__dict__.copy()
+            for name in names:
+                section = sections[name]
+                sections[name] = _copy_of(section, section.__dict__.copy())
+            values[group] = _copy_of(model, sections)
+        values["facts"] = values["facts"][:]
         return _copy_of(self, values)
 
     def sections(self) -> dict[str, Section]:

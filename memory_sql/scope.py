@@ -32,6 +32,12 @@ def _check(field: str, value: object, pattern: re.Pattern[str], max_len: int, ru
     return value
 
 
+# Scopes already checked, by the arguments of Scope.of (a scope is immutable): the check of
+# three ids costs more than a cached load's own Python.
+_known: dict[tuple[object, object, object], Scope] = {}
+_MAX_KNOWN = 4096
+
+
 @dataclass(frozen=True, slots=True)
 class Scope:
     """One memory: a tenant's user, optionally narrowed to one agent.
@@ -52,6 +58,23 @@ class Scope:
         agent_name: str | None = None,
         tenant_id: str | None = None,
     ) -> Scope:
+        """The scope of these ids (``None``: the defaults), checked; raises
+        :class:`~memory_sql.InvalidScopeError` naming the field that is not a valid id."""
+        key = (tenant_id, user_id, agent_name)
+        try:
+            known = _known.get(key)
+        except TypeError:  # unhashable: not an id, as _check says below
+            known = None
+        if known is not None:
+            return known
+        scope = cls._checked(user_id, agent_name, tenant_id)
+        if len(_known) >= _MAX_KNOWN:
+            _known.clear()
+        _known[key] = scope
+        return scope
+
+    @classmethod
+    def _checked(cls, user_id: str | None, agent_name: str | None, tenant_id: str | None) -> Scope:
         tenant = _check(
             "tenant_id",
             DEFAULT_TENANT if tenant_id is None else tenant_id,

@@ -80,16 +80,40 @@ def outside_row_security() -> Iterator[None]:
 def guard_engine(engine: Engine, *, default: str = ALL_TENANTS) -> None:
     """Make ``engine`` (PostgreSQL) set :data:`SETTING` on every connection it hands out to the
     tenant acted for, or to ``default``."""
+    guard = _TenantGuard(default)
+    event.listen(engine, "checkout", guard.on_checkout)
+    engine.__dict__[_GUARD] = guard
 
-    @event.listens_for(engine, "checkout")
-    def _set_tenant(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+
+def reapply(engine: Engine, dbapi_connection: Any, info: dict) -> None:
+    """What ``engine``'s checkout hook does, for a connection it handed out earlier and that is
+    used again without a checkout (``info``: its pool record's). Raises ``DisconnectionError``
+    on a connection found dead."""
+    guard = engine.__dict__.get(_GUARD)
+    if guard is not None:
+        guard.apply(dbapi_connection, info)
+
+
+_GUARD = "_memory_sql_tenant_guard"
+
+
+class _TenantGuard:
+    __slots__ = ("default",)
+
+    def __init__(self, default: str) -> None:
+        self.default = default
+
+    def on_checkout(self, dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        self.apply(dbapi_connection, record.info)
+
+    def apply(self, dbapi_connection: Any, info: dict) -> None:
         tenant = _acting.get()
         if tenant is None:
-            tenant = default
-        if tenant == _AS_IT_IS or record.info.get(SETTING) == tenant:
+            tenant = self.default
+        if tenant == _AS_IT_IS or info.get(SETTING) == tenant:
             return
         # A session-level value, written outside any transaction so that no rollback undoes it;
-        # record.info lives as long as this DBAPI connection.
+        # the record's info lives as long as this DBAPI connection.
         autocommit = dbapi_connection.autocommit
         try:
             dbapi_connection.autocommit = True
@@ -99,7 +123,7 @@ def guard_engine(engine: Engine, *, default: str = ALL_TENANTS) -> None:
         except psycopg.Error as exc:
             # A pooled connection found dead: the pool discards it and checks out another.
             raise DisconnectionError(f"cannot set {SETTING}: {exc}") from exc
-        record.info[SETTING] = tenant
+        info[SETTING] = tenant
 
 
 __all__ = [
@@ -109,4 +133,5 @@ __all__ = [
     "acting_for",
     "guard_engine",
     "outside_row_security",
+    "reapply",
 ]

@@ -21,7 +21,7 @@ from memory_sql.admin import (
     search_facts,
 )
 from memory_sql.database import create_engine
-from memory_sql.storage import sql as storage_sql
+from memory_sql.storage import driver as storage_driver
 
 VIEWS = {
     "memory_report_categories",
@@ -128,7 +128,7 @@ def test_search_by_the_driver_gives_what_sqlalchemy_gives(storage, monkeypatch):
         ]
         storage.save(doc, user_id=user, agent_name=agent)
     everything = admin._search_statement(frozenset({"user"}))
-    assert storage_sql.read_facts_by_driver(storage.engine, everything, {"user": user}, 3)
+    assert storage_driver.read_facts_by_driver(storage.engine, everything, {"user": user}, 3)
     driver = _search_everything(storage, user)
     assert [len(found) for found in driver] == [14, 6, 6, 10, 7, 3, 2, 1]
     assert {r.agent_name for r in driver[0]} == {None, "coder"}
@@ -148,7 +148,7 @@ def test_search_by_the_driver_gives_what_sqlalchemy_gives(storage, monkeypatch):
     assert len([s for s in seen if "memory_facts" in s]) == len(driver)
     # the driver failing on the statement: SQLAlchemy reads instead
     monkeypatch.setattr(
-        storage_sql, "_compiled_for_driver", lambda *_: ("SELECT no_such_column", {})
+        storage_driver, "compiled_for_driver", lambda *_: ("SELECT no_such_column", {})
     )
     assert _search_everything(storage, user) == driver
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from alembic.script import ScriptDirectory
+from conftest import assert_no_checked_out_connections
 
 from memory_sql import migrations
 from memory_sql.database import create_engine
@@ -61,7 +62,7 @@ def engine(request: pytest.FixtureRequest, tmp_path):
     engine = create_engine(url)
     migrations.upgrade(engine, "0005")
     yield engine
-    assert "Checked out connections: 0" in engine.pool.status()
+    assert_no_checked_out_connections(engine)
     engine.dispose()
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from alembic.script import ScriptDirectory
+from conftest import assert_no_checked_out_connections
 
 from memory_sql import migrations
 from memory_sql.database import create_engine
@@ -30,7 +31,7 @@ def empty_engine(request: pytest.FixtureRequest, tmp_path):
         url = request.getfixturevalue("new_pg_database")()
     engine = create_engine(url)
     yield engine
-    assert "Checked out connections: 0" in engine.pool.status()
+    assert_no_checked_out_connections(engine)
     engine.dispose()
 
 

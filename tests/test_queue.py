@@ -7,6 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 import sqlalchemy as sa
+from conftest import assert_no_checked_out_connections
 
 from memory_sql.database import create_engine
 from memory_sql.errors import LeaseLostError
@@ -26,7 +27,7 @@ def engine(request: pytest.FixtureRequest):
     with engine.begin() as conn:
         conn.execute(sa.delete(pending))
     yield engine
-    assert "Checked out connections: 0" in engine.pool.status()
+    assert_no_checked_out_connections(engine)
     engine.dispose()
 
 

@@ -12,6 +12,7 @@ from datetime import timedelta
 
 import pytest
 import sqlalchemy as sa
+from conftest import assert_no_checked_out_connections
 from llm_server import LABELS, llm_config
 from typer.testing import CliRunner
 
@@ -58,7 +59,7 @@ def url(request: pytest.FixtureRequest) -> str:
 def engine(url):
     engine = create_engine(url)
     yield engine
-    assert "Checked out connections: 0" in engine.pool.status()
+    assert_no_checked_out_connections(engine)
     engine.dispose()
 
 

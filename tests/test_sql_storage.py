@@ -8,6 +8,7 @@ import time
 
 import pytest
 import sqlalchemy as sa
+from conftest import assert_no_checked_out_connections
 from sqlalchemy import event
 
 from memory_sql import (
@@ -22,6 +23,7 @@ from memory_sql.database import create_engine
 from memory_sql.models import Section, fact_digest
 from memory_sql.schema import memory_fact_events, memory_facts, memory_scopes
 from memory_sql.storage import SQLStorage, open_storage
+from memory_sql.storage.driver import release_idle
 
 
 @pytest.fixture(params=["sqlite", pytest.param("pg", id="postgresql", marks=pytest.mark.postgres)])
@@ -34,7 +36,7 @@ def store(sql_url):
     storage = open_storage(sql_url)
     assert isinstance(storage, SQLStorage)
     yield storage
-    assert "Checked out connections: 0" in storage.engine.pool.status()
+    assert_no_checked_out_connections(storage.engine)
     storage.close()
 
 
@@ -130,6 +132,9 @@ class DriverStatements:
         self.seen: list[str] = []
         self.engine = engine
         self.sqlite = engine.dialect.name == "sqlite"
+        # Connections the driver's path keeps between calls go back to the pool, so that
+        # every statement counted runs on a connection checked out after this point.
+        release_idle(engine, close=False)
         event.listen(engine, "checkout", self._watch)
         event.listen(engine, "checkin", self._unwatch)
 
@@ -205,8 +210,10 @@ def test_sqlalchemy_transactions_stay_transactions_after_driver_calls(store, sco
     store.save(MemoryDocument(facts=[Fact(content="kept")]), **scope)
     for _ in range(3):
         store.load(**scope)
+    release_idle(store.engine)
     store.engine.pool.dispose()  # any pooled connection will do, below: use them all
     store.load(**scope)
+    release_idle(store.engine, close=False)  # the one the load used, back in the pool
     with store.engine.connect() as conn:
         if store.engine.dialect.name == "postgresql":
             assert conn.connection.driver_connection.autocommit is False

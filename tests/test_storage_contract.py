@@ -219,6 +219,44 @@ def test_two_facts_with_one_id_are_refused(storage, scope):
     assert storage.load(**scope).version == 0
 
 
+def _stored_once(doc: MemoryDocument) -> MemoryDocument:
+    doc.facts[5] = doc.facts[7]  # the very object, at two places
+    return doc
+
+
+@pytest.mark.parametrize(
+    "repeat",
+    [
+        pytest.param(lambda doc: doc.facts.append(doc.facts[3]), id="a stored fact appended"),
+        pytest.param(_stored_once, id="a stored fact in another's place"),
+        pytest.param(
+            lambda doc: doc.facts.append(_fact("reworded", id=doc.facts[0].id)), id="a new twin"
+        ),
+        pytest.param(
+            lambda doc: doc.facts.insert(0, doc.facts[9].replace(content="moved")),
+            id="a changed twin in front",
+        ),
+        pytest.param(
+            lambda doc: doc.facts.extend([_fact("new a", id="n"), _fact("new b", id="n")]),
+            id="two new twins",
+        ),
+    ],
+)
+def test_a_fact_id_given_twice_in_a_stored_memory_is_refused(storage, scope, repeat):
+    """However the repeated id comes (the same object twice, a copy with other words, at the
+    end or in front), the save is refused naming it, and what is stored stays."""
+    storage.save(MemoryDocument(facts=[_fact(f"fact {i}") for i in range(12)]), **scope)
+    stored = storage.load(**scope)
+    doc = storage.load(**scope)
+    repeat(doc)
+    (twice,) = {f.id for f in doc.facts if [g.id for g in doc.facts].count(f.id) > 1}
+    with pytest.raises(ValueError, match=f"{twice!r} appears twice"):
+        storage.save(doc, **scope)
+    after = storage.load(**scope)
+    assert after.version == stored.version == 1
+    assert after.facts == stored.facts
+
+
 @pytest.mark.parametrize(
     "text",
     [
@@ -272,6 +310,8 @@ def test_text_no_backend_can_hold_is_refused_before_storage(text, reason):
         ("tenant_id", "acme corp"),
         ("tenant_id", ""),
         ("user_id", 42),
+        ("user_id", ["u1"]),  # unhashable: refused as any other non-string
+        ("tenant_id", {"acme": 1}),
     ],
 )
 def test_bad_scope_names_are_refused_naming_the_field(storage, field, value):

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import datetime
-from operator import attrgetter, is_
+from itertools import compress, islice
+from operator import attrgetter, is_not
 from types import TracebackType
 
 from ..errors import DuplicateFactError
@@ -100,17 +100,27 @@ def _checked_save(
     agent_name: str | None,
     tenant_id: str | None,
     expected_version: int | None,
+    *,
+    fact_ids: bool = True,
 ) -> tuple[Scope, int]:
-    """The scope and expected version of a :meth:`MemoryStorage.save`, its arguments checked."""
+    """The scope and expected version of a :meth:`MemoryStorage.save`, its arguments checked,
+    and (``fact_ids``) that no two facts share an id: a backend whose store refuses a
+    repeated id itself may leave that to :func:`check_fact_ids` once the store refused."""
     scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=tenant_id)
     expected = doc.version if expected_version is None else expected_version
     if expected < 0:
         raise ValueError(f"expected_version must be >= 0, not {expected}")
+    if fact_ids:
+        check_fact_ids(scope, doc)
+    return scope, expected
+
+
+def check_fact_ids(scope: Scope, doc: MemoryDocument) -> None:
+    """Raise ``ValueError`` naming the first fact id of ``doc`` that appears twice."""
     if len(set(map(_ID, doc.facts))) != len(doc.facts):
         ids = list(map(_ID, doc.facts))
         repeated = next(i for i in ids if ids.count(i) > 1)
         raise ValueError(f"memory {scope}: fact id {repeated!r} appears twice")
-    return scope, expected
 
 
 @dataclass
@@ -140,17 +150,11 @@ def _moved(base: list[Fact], facts: list[Fact]) -> tuple[list[int], list[int]]:
     very objects of ``base`` position by position: the indexes of ``base`` and of ``facts``
     to compare by id. A fact changed in place, or one appended, leaves every other position
     alike, found at C speed rather than one fact at a time."""
-    alike = list(map(is_, base, facts))
-    differ: list[int] = []
-    at = -1
-    with suppress(ValueError):  # no position left that differs
-        while len(differ) <= _FEW:
-            at = alike.index(False, at + 1)
-            differ.append(at)
+    common = min(len(base), len(facts))
+    differ = list(islice(compress(range(common), map(is_not, base, facts)), _FEW + 1))
     if len(differ) > _FEW:  # shifted (a fact taken out or put in early on): compare them all
         return list(range(len(base))), list(range(len(facts)))
-    tail = len(alike)
-    return differ + list(range(tail, len(base))), differ + list(range(tail, len(facts)))
+    return differ + list(range(common, len(base))), differ + list(range(common, len(facts)))
 
 
 _FEW = 8

@@ -5,12 +5,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import operator
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
-from itertools import repeat
 from typing import Any
 
 import sqlalchemy as sa
@@ -18,7 +15,6 @@ from pydantic import ValidationError
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Connection, Engine
-from sqlalchemy.pool import Pool
 
 from ..database import database_errors, reconnecting, redacted
 from ..errors import DuplicateFactError, StorageError, VersionConflictError
@@ -46,10 +42,19 @@ from .base import (
     MemoryStorage,
     _checked_save,
     apply_changes,
+    check_fact_ids,
     diff_documents,
     sort_facts,
 )
 from .cache import DEFAULT_CACHE_SCOPES, DocumentCache
+from .driver import (
+    DriverConnection,
+    DriverFallback,
+    driver_statement,
+    pg_times,
+    sqlite_times,
+    unobserved,
+)
 
 
 def _in_scope(table: sa.Table) -> sa.ColumnElement[bool]:
@@ -431,179 +436,6 @@ def _event_rows(
     ]
 
 
-class _Fallback(Exception):
-    """The driver's fast path could not answer; SQLAlchemy's path does the work instead."""
-
-
-def _driver_statement(statement: sa.Executable, dialect: sa.Dialect) -> tuple[str, dict]:
-    """``statement`` compiled once for the driver itself: its text, with named parameters
-    (``%(name)s`` for psycopg, ``:name`` for sqlite3), and its fixed parameters."""
-    if dialect.name == "sqlite":
-        dialect = type(dialect)(paramstyle="named")
-    compiled = statement.compile(dialect=dialect)
-    return compiled.string, dict(compiled.params)
-
-
-def _sqlite_times(values: Any) -> list[datetime | None]:
-    """Timestamps as SQLAlchemy keeps them in SQLite (ISO text, UTC, no zone), as
-    UTCDateTime reads them back. The zone is parsed with the text, by C functions mapped over
-    the column: ten times cheaper than ``replace(tzinfo=...)`` value by value."""
-    try:
-        return list(map(_from_iso, map(operator.add, values, repeat("+00:00"))))
-    except (TypeError, ValueError):  # NULLs, or text with a zone of its own
-        return [_sqlite_time(value) for value in values]
-
-
-def _sqlite_time(value: Any) -> datetime | None:
-    if value is None:
-        return None
-    moment = _from_iso(value)
-    if moment.tzinfo is None:
-        return moment.replace(tzinfo=timezone.utc)
-    return moment.astimezone(timezone.utc)
-
-
-_from_iso = datetime.fromisoformat
-
-
-def _pg_times(values: Any) -> list[datetime | None]:
-    """Timestamps of a session in another time zone than UTC, in UTC."""
-    return [
-        value if value is None or value.tzinfo is timezone.utc else value.astimezone(timezone.utc)
-        for value in values
-    ]
-
-
-def _unobserved(engine: Engine) -> bool:
-    """Whether statements may bypass SQLAlchemy: nobody listens to its statement events
-    (tests, tracing instrumentation) nor has it echo them."""
-    dispatch = engine.dispatch
-    return not (dispatch.before_cursor_execute or dispatch.after_cursor_execute or engine.echo)
-
-
-# Pooled PostgreSQL connections the driver's path used stay in autocommit between calls, so a
-# driver call sets nothing (a toggle on and off again cost two calls into psycopg each time);
-# a checkout for anything else (SQLAlchemy's Connection, a revalidation, another raw checkout)
-# turns autocommit off again first, so SQLAlchemy's connections are as it left them. The
-# listener is on the Pool class, set at import: adding one to a pool in use would race with
-# the threads iterating its listeners.
-_local = threading.local()
-_AUTOCOMMIT_LEFT = "memory_sql.autocommit_left"
-
-
-def _leave_autocommit(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
-    """Pool ``checkout``: a connection the driver's path left in autocommit goes back to
-    transactions, unless the driver's path itself is checking it out."""
-    if record.info.get(_AUTOCOMMIT_LEFT) and not getattr(_local, "driver", False):
-        try:
-            dbapi_connection.autocommit = False
-        except Exception as exc:  # a pooled connection found dead: the pool takes another
-            raise sa_exc.DisconnectionError(f"cannot end autocommit: {exc}") from exc
-        del record.info[_AUTOCOMMIT_LEFT]
-
-
-sa.event.listen(Pool, "checkout", _leave_autocommit)
-
-
-class _driver_connection:
-    """A pooled connection of the driver itself (checked out through the pool, so its
-    checkout hooks run), in autocommit for its statements. A driver error raises
-    :class:`_Fallback` or, with ``raising``, SQLAlchemy's wrapper of it; a connection found
-    dead is discarded. A connection not to be had raises SQLAlchemy's wrapper of the driver's
-    error, as ``engine.connect()`` would (the pool hands the raw one on).
-
-    A class, not a generator: it runs on every load and save."""
-
-    __slots__ = ("engine", "fairy", "raising")
-
-    def __init__(self, engine: Engine, *, raising: bool = False) -> None:
-        self.engine = engine
-        self.raising = raising
-
-    def __enter__(self) -> Any:
-        engine = self.engine
-        dialect = engine.dialect
-        postgres = dialect.name == "postgresql"
-        if postgres:
-            _local.driver = True
-        try:
-            fairy = engine.raw_connection()
-        except dialect.loaded_dbapi.Error as exc:
-            raise sa_exc.DBAPIError.instance(
-                None, None, exc, dialect.loaded_dbapi.Error, dialect=dialect
-            ) from exc
-        finally:
-            if postgres:
-                _local.driver = False
-        self.fairy = fairy
-        dbapi = fairy.driver_connection
-        if postgres and not dbapi.autocommit:
-            try:
-                dbapi.autocommit = True
-            except BaseException as exc:
-                self.__exit__(type(exc), exc, None)
-                raise
-            fairy.info[_AUTOCOMMIT_LEFT] = True
-        return dbapi
-
-    def __exit__(self, exc_type: Any, exc: Any, _tb: Any) -> bool:
-        fairy = self.fairy
-        try:
-            dialect = self.engine.dialect
-            driver_error: type[Exception] = dialect.loaded_dbapi.Error
-            if exc is None or not isinstance(exc, driver_error):
-                return False
-            dead = dialect.is_disconnect(exc, fairy.dbapi_connection, None)
-            if dead:
-                fairy.invalidate(exc)
-            if not self.raising:
-                raise _Fallback from exc
-            raise sa_exc.DBAPIError.instance(
-                None, None, exc, driver_error, connection_invalidated=dead, dialect=dialect
-            ) from exc
-        finally:
-            fairy.close()
-
-
-@functools.lru_cache(maxsize=256)
-def _compiled_for_driver(statement: sa.Executable, dialect: sa.Dialect) -> tuple[str, dict]:
-    """:func:`_driver_statement` of a statement built once (kept, so the key is the object)."""
-    return _driver_statement(statement, dialect)
-
-
-def read_facts_by_driver(
-    engine: Engine, statement: sa.Select, parameters: dict[str, Any], scoped: int
-) -> list[tuple[tuple[Any, ...], Fact]] | None:
-    """The rows of ``statement`` (a read built once and kept: its compiled text is cached),
-    run on the driver itself in one autocommit round trip: each row's first ``scoped``
-    columns, and the :class:`Fact` of the :data:`~memory_sql.schema.FACT_COLUMNS` after them.
-
-    None, having read nothing, when SQLAlchemy must run it (someone listens to its statement
-    events) or the driver failed on it (SQLAlchemy's path then reads, and reports); a
-    connection not to be had raises SQLAlchemy's error, as ``engine.connect()`` would."""
-    if not _unobserved(engine):
-        return None
-    postgres = engine.dialect.name == "postgresql"
-    sql, fixed = _compiled_for_driver(statement, engine.dialect)
-    try:
-        with _driver_connection(engine) as dbapi:
-            rows = dbapi.execute(sql, {**fixed, **parameters} if fixed else parameters).fetchall()
-            utc = postgres and dbapi.info.timezone is timezone.utc
-        if not rows:
-            return []
-        columns = list(zip(*rows, strict=True))
-        created, updated = columns[scoped + 6], columns[scoped + 7]
-        if not utc:
-            times = _pg_times if postgres else _sqlite_times
-            created, updated = times(created), times(updated)
-        facts = map(trusted_fact, *columns[scoped : scoped + 6], created, updated)
-        return list(zip(zip(*columns[:scoped], strict=True), facts, strict=True))
-    except _Fallback:
-        return None
-    except (ValueError, TypeError, AttributeError, IndexError):
-        return None
-
-
 class SQLStorage(MemoryStorage):
     """:class:`MemoryStorage` on PostgreSQL or SQLite.
 
@@ -633,9 +465,9 @@ class SQLStorage(MemoryStorage):
         self._write_options = {} if self._postgres else {"sqlite_begin": "IMMEDIATE"}
         self._cache = DocumentCache(cache_scopes)
         dialect = self.engine.dialect
-        self._head_sql = _driver_statement(_SELECT_HEAD, dialect)
-        self._document_sql = _driver_statement(_SELECT_DOCUMENT, dialect)
-        self._times = _pg_times if self._postgres else _sqlite_times
+        self._head_sql = driver_statement(_SELECT_HEAD, dialect)
+        self._document_sql = driver_statement(_SELECT_DOCUMENT, dialect)
+        self._times = pg_times if self._postgres else sqlite_times
 
     def __repr__(self) -> str:
         return f"SQLStorage({redacted(self.engine.url)!r})"
@@ -652,7 +484,7 @@ class SQLStorage(MemoryStorage):
         if self._unobserved():
             try:
                 return self._load_by_driver(scope, self._cache.latest(scope))
-            except _Fallback:
+            except DriverFallback:
                 pass
             except Exception:  # a connection not to be had is reported now
                 with self._errors(scope):
@@ -682,17 +514,17 @@ class SQLStorage(MemoryStorage):
         self, scope: Scope, entry: tuple[Any, MemoryDocument] | None
     ) -> MemoryDocument:
         """:meth:`_load` through the driver itself, the same statements without SQLAlchemy's
-        per-call work (which is most of a cached load's time). Raises :class:`_Fallback` on
+        per-call work (which is most of a cached load's time). Raises :class:`DriverFallback` on
         any error, having changed nothing: SQLAlchemy's path then reads, and reports."""
         times = self._times
         with self._driver() as dbapi:
             if entry is not None:  # one primary-key read tells whether it is still current
                 sql, fixed = self._head_sql
-                head = dbapi.execute(sql, {**fixed, **_scope_params(scope)}).fetchone()
+                heads = dbapi.execute(sql, {**fixed, **_scope_params(scope)}).fetchall()
                 try:
-                    current = head is not None and (head[0], *times(head[1:2])) == entry[0]
+                    current = bool(heads) and (heads[0][0], *times(heads[0][1:2])) == entry[0]
                 except (ValueError, TypeError, AttributeError) as exc:
-                    raise _Fallback from exc
+                    raise DriverFallback from exc
                 if current:
                     return entry[1].clone()
             sql, fixed = self._document_sql
@@ -703,7 +535,7 @@ class SQLStorage(MemoryStorage):
         try:
             loaded = _document(rows, None if utc else times)
         except (ValueError, TypeError, AttributeError, IndexError) as exc:
-            raise _Fallback from exc
+            raise DriverFallback from exc
         return self._loaded(scope, loaded)
 
     def _read_rows(
@@ -732,7 +564,11 @@ class SQLStorage(MemoryStorage):
         called with the save's connection after the rows are written and before the commit,
         so what it writes commits with the save, and an exception it raises rolls the whole
         save back (and is raised). It is not called when nothing changed."""
-        scope, expected = _checked_save(doc, user_id, agent_name, tenant_id, expected_version)
+        # A fact id given twice makes the save insert an id the table holds (or inserts twice):
+        # its primary key refuses it, and _errors names the id. Not counted here at each save.
+        scope, expected = _checked_save(
+            doc, user_id, agent_name, tenant_id, expected_version, fact_ids=False
+        )
         return self._save(scope, doc, expected, in_transaction)
 
     def _save(
@@ -793,14 +629,14 @@ class SQLStorage(MemoryStorage):
         try:
             if self._unobserved():
                 with self._driver(raising=True) as dbapi:
-                    won = dbapi.execute(statement, parameters).fetchone()
+                    won = dbapi.execute(statement, parameters).fetchall()
             else:
                 with self._reader() as conn:
-                    won = conn.exec_driver_sql(statement, parameters).first()
+                    won = conn.exec_driver_sql(statement, parameters).all()
         except Exception:  # as memory_sql's errors (no context manager on the way in)
             with self._errors(scope, doc):
                 raise
-        if won is None:  # another version, or another scope's incarnation: nothing written
+        if not won:  # another version, or another scope's incarnation: nothing written
             self._cache.drop(scope)
             return None  # the transactional path tells a conflict from a stale cache entry
         stored = apply_changes(base, changes, new_version, now)
@@ -896,10 +732,10 @@ class SQLStorage(MemoryStorage):
     # cache and errors ------------------------------------------------------------------------
 
     def _unobserved(self) -> bool:
-        return _unobserved(self.engine)
+        return unobserved(self.engine)
 
     def _driver(self, *, raising: bool = False) -> Any:
-        return _driver_connection(self.engine, raising=raising)
+        return DriverConnection(self.engine, raising=raising)
 
     def _reader(self) -> Connection:
         return self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
@@ -921,6 +757,8 @@ class SQLStorage(MemoryStorage):
                 try:
                     yield
                 except sa_exc.IntegrityError as exc:
+                    if doc is not None:
+                        check_fact_ids(scope, doc)
                     if "content_key" not in str(exc.orig):
                         raise
                     duplicate = doc.duplicate_fact() if doc is not None else None
