@@ -569,7 +569,11 @@ def test_a_load_survives_the_server_dropping_its_connections(pg_url, scope):
             ).scalar()
         admin.dispose()
         assert killed >= 1
-        assert [f.content for f in store.load(**scope).facts] == ["still here"]
+        doc = store.load(**scope)  # on the connection kept idle: found dead, read again
+        assert [f.content for f in doc.facts] == ["still here"]
+        doc.facts.append(Fact(content="and this"))
+        assert store.save(doc, **scope) == 2  # the dead one is gone: no error to the caller
+        assert [f.content for f in store.load(**scope).facts] == ["still here", "and this"]
 
 
 def test_saves_of_one_fact_each_write_its_row_and_its_event(store, scope):

@@ -33,6 +33,7 @@ from memory_sql import admin, migrations
 from memory_sql.database import create_engine
 from memory_sql.server.keys import create_key
 from memory_sql.storage import SQLStorage
+from memory_sql.storage.driver import DriverConnection
 from memory_sql.tenancy import NO_TENANT, SETTING, acting_for
 from server.conftest import service_settings_for
 from server.service_process import ServiceProcess
@@ -365,6 +366,45 @@ def test_the_service_engine_sets_the_tenant_inside_a_transaction_too(
         engine.dispose()
     assert rows == ["B"] * len(seeded["memory_fact_events"]["B"])
     assert none == []
+
+
+def test_a_connection_the_driver_keeps_idle_is_set_to_each_tenant_acted_for(
+    app_role: AppRole, owner_engine: Engine, seeded: dict[str, dict[str, list[Any]]]
+) -> None:
+    """The storage's fast path keeps a connection checked out between calls, past the pool's
+    checkout hook: each use still sees only the tenant acted for, and the engine's dispose
+    closes it."""
+    engine = create_engine(app_role.url, tenant_default=NO_TENANT, pool_size=2, max_overflow=0)
+
+    def look() -> tuple[int, list[str]]:
+        with DriverConnection(engine) as dbapi:
+            ((pid, tenants),) = dbapi.execute(
+                "SELECT pg_backend_pid(), array(SELECT tenant_id FROM memory_facts ORDER BY 1)"
+            ).fetchall()
+        return pid, list(tenants)
+
+    facts_of = {tenant: [tenant] * len(rows) for tenant, rows in seeded["memory_facts"].items()}
+    try:
+        with acting_for("A"):
+            first, as_a = look()
+        kept = engine.pool.checkedout()
+        with acting_for("B"):
+            second, as_b = look()
+        third, outside = look()
+        with acting_for("A"):
+            fourth, again_a = look()
+    finally:
+        engine.dispose()
+    assert (as_a, as_b, outside, again_a) == (facts_of["A"], facts_of["B"], [], facts_of["A"])
+    assert kept == 1  # idle between the calls, not back in the pool
+    assert first == second == third == fourth
+    deadline = time.monotonic() + 5
+    with owner_engine.connect() as conn:
+        while conn.execute(
+            sa.text("SELECT count(*) FROM pg_stat_activity WHERE pid = :p"), {"p": first}
+        ).scalar():
+            assert time.monotonic() < deadline, "the kept connection outlived dispose()"
+            time.sleep(0.05)
 
 
 def test_the_running_service_state_sees_only_the_tenant_it_acts_for(
