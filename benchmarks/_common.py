@@ -29,6 +29,40 @@ def median_seconds(run: Callable[[], object], *, repeat: int = 7, number: int = 
     return statistics.median(rounds)
 
 
+@contextmanager
+def steady_cpus(hold: bool = True) -> Iterator[str]:
+    """Keep the CPUs out of deep idle states for the block (``/dev/cpu_dma_latency`` held at
+    0 µs, as latency benchmarks and tuned's latency-performance profile do), where the
+    process may; yields what was done, to print with the figures.
+
+    On this kind of machine (a VM guest, ``haltpoll`` idle driver) waking an idle CPU adds
+    ~30 µs to a loopback round trip, on some connections and not others as the scheduler
+    places their server processes: figures then come out bimodal from one run to the next."""
+    driver = _read("/sys/devices/system/cpu/cpuidle/current_driver") or "unknown"
+    if not hold:
+        yield f"CPU idle states left as they are (idle driver {driver})"
+        return
+    try:
+        latency = open("/dev/cpu_dma_latency", "wb", buffering=0)  # noqa: SIM115
+    except OSError as exc:
+        yield f"CPU idle states left as they are ({exc.strerror}; idle driver {driver})"
+        return
+    with latency:
+        latency.write((0).to_bytes(4, "little"))
+        yield (
+            "CPUs kept out of deep idle states: /dev/cpu_dma_latency held at 0"
+            f" (idle driver {driver})"
+        )
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as file:
+            return file.read().strip()
+    except OSError:
+        return None
+
+
 def fmt(seconds: float) -> str:
     if seconds >= 1e-3:
         return f"{seconds * 1e3:8.2f} ms"

@@ -1,6 +1,9 @@
 """memory_sql beside LangGraph's stores and the bare driver, on one PostgreSQL server and one disk.
 
-    .venv/bin/python benchmarks/bench_peers.py [postgresql] [sqlite]   (default: both)
+    .venv/bin/python benchmarks/bench_peers.py [postgresql] [sqlite] [--idle-states]
+
+(default: both databases; with the CPUs kept out of deep idle states where the process may,
+see ``_common.steady_cpus``, unless ``--idle-states`` leaves them as they are).
 
 It needs the bench extra (pip install -e '.[bench]'; `make bench` installs it).
 
@@ -42,7 +45,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import fmt, libpq_url, percentile, scratch_postgres, time_calls
+from _common import fmt, libpq_url, percentile, scratch_postgres, steady_cpus, time_calls
 
 import memory_sql
 from memory_sql import Fact, MemoryDocument, VersionConflictError, migrations
@@ -69,6 +72,7 @@ THREAD_SAVES = 1000  # in all, over the THREADS threads
 CONTENDED_SAVES = 25  # per thread, all on one user's memory
 SCALE_STEPS = (10, 1_000, 10_000, 100_000)
 SCALE_FACTS = 5  # facts per memory in the scale series (100 000 memories: 500 000 fact rows)
+SCALE_CALLS, SCALE_WARMUP = 300, 20  # cold loads timed per size, after a warm-up
 CATEGORIES = ["preference", "knowledge", "context", "behavior", "goal", "correction"]
 WORDS = [
     *("prefers", "concise", "answers", "uses", "python", "postgres", "rust", "typescript"),
@@ -708,7 +712,13 @@ def contention(store: SQLStorage, lg: Any, floor: Floor, facts: Facts) -> dict[s
 
 def scale_rows(backend: Backend, stack: ExitStack) -> list[Row]:
     """Cold and cached loads of random memories among 10 … 100 000 stored: one fresh database
-    per size, the sizes taking turns round by round."""
+    per size, the sizes taking turns round by round.
+
+    "Cold" is memory_sql's cache cleared before each load. The memories a size's cold loads
+    will read are read once beforehand (untimed), so that every size is timed with those pages
+    in the database's buffers: the series shows what the size of the tables costs a load
+    (index depth, plans), not whether the largest database fits the server's buffer cache
+    (PostgreSQL's 128 MB default here, shared by the four sizes)."""
     rng = random.Random(11)
     cold: dict[str, Callable[[], object]] = {}
     cached: dict[str, Callable[[], object]] = {}
@@ -726,10 +736,13 @@ def scale_rows(backend: Backend, stack: ExitStack) -> list[Row]:
             return lambda: store.load(user_id=next(turn))
 
         assert len(load(randoms)().facts) == SCALE_FACTS
+        ahead = load(randoms)
+        for _ in range(SCALE_WARMUP + SCALE_CALLS):
+            ahead()
         cold[f"{memories:,}"] = load(randoms)
         clear[f"{memories:,}"] = store._cache.clear
         cached[f"{memories:,}"] = load(hot)
-    cold_figures = interleaved(cold, number=300, after=clear)
+    cold_figures = interleaved(cold, number=SCALE_CALLS, warmup=SCALE_WARMUP, after=clear)
     cached_figures = interleaved(cached, number=300, warmup=100)
     rows: list[Row] = []
     for size in cold:
@@ -890,21 +903,28 @@ def main() -> int:
     )
     print(f"memory_sql measured: {measured_source()}")
     correct = True
-    only = {name.lower() for name in sys.argv[1:]}  # e.g. `bench_peers.py sqlite`
-    for make in (Postgres, Sqlite):
-        if only and make.name.lower() not in only:
-            continue
-        with ExitStack() as stack:
-            try:
-                backend = make(stack)
-            except ConnectionError as exc:
-                print(f"\n{make.name}: skipped ({exc})")
+    args = {arg.lower() for arg in sys.argv[1:]}  # e.g. `bench_peers.py sqlite`
+    only = args - {"--idle-states"}
+    with ExitStack() as run:
+        print(run.enter_context(steady_cpus(hold="--idle-states" not in args)))
+        for make in (Postgres, Sqlite):
+            if only and make.name.lower() not in only:
                 continue
-            correct &= run_backend(backend, stack)
+            correct &= run_one(make)
     if not correct:
         print("\nFAILED: memory_sql lost an acknowledged update under same-user contention")
         return 1
     return 0
+
+
+def run_one(make: type[Backend]) -> bool:
+    with ExitStack() as stack:
+        try:
+            backend = make(stack)
+        except ConnectionError as exc:
+            print(f"\n{make.name}: skipped ({exc})")
+            return True
+        return run_backend(backend, stack)
 
 
 if __name__ == "__main__":
