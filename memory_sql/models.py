@@ -287,7 +287,6 @@ class Fact(_Model):
 _FACT_FIELDS = frozenset(Fact.model_fields)
 _M = TypeVar("_M", bound=BaseModel)
 _new_object = object.__new__
-_set_attribute = object.__setattr__
 
 
 def trusted_fact(
@@ -305,9 +304,8 @@ def trusted_fact(
     ``Fact.model_construct``, which a cold load of a large memory would spend most of its
     time in. Input from anywhere else goes through ``Fact(...)``."""
     fact = _new_object(Fact)
-    _set_attribute(
+    _set_dict(
         fact,
-        "__dict__",
         {
             "id": fact_id,
             "content": content,
@@ -319,9 +317,9 @@ def trusted_fact(
             "updated_at": updated_at,
         },
     )
-    _set_attribute(fact, "__pydantic_fields_set__", _FACT_FIELDS)
-    _set_attribute(fact, "__pydantic_extra__", None)
-    _set_attribute(fact, "__pydantic_private__", None)
+    _set_fields_set(fact, _FACT_FIELDS)
+    _set_extra(fact, None)
+    _set_private(fact, None)
     return fact
 
 
@@ -333,6 +331,7 @@ def copy_model(model: _M, **values: Any) -> _M:
 
 
 # BaseModel's slots, set through their descriptors (cheaper than object.__setattr__ by name).
+_set_dict = BaseModel.__dict__["__dict__"].__set__
 _set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
 _set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
 _set_private = BaseModel.__dict__["__pydantic_private__"].__set__
@@ -341,7 +340,7 @@ _set_private = BaseModel.__dict__["__pydantic_private__"].__set__
 def _copy_of(model: _M, values: dict[str, Any]) -> _M:
     """A copy of ``model`` holding ``values`` (a new dict, all fields) as its fields."""
     copy = _new_object(model.__class__)
-    _set_attribute(copy, "__dict__", values)
+    _set_dict(copy, values)
     _set_fields_set(copy, set(model.__pydantic_fields_set__))
     _set_extra(copy, None)
     _set_private(copy, None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import operator
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -30,7 +31,6 @@ from ..models import (
 )
 from ..schema import (
     FACT_COLUMNS,
-    UTCDateTime,
     memory_fact_events,
     memory_facts,
     memory_scopes,
@@ -44,7 +44,6 @@ from .base import (
     apply_changes,
     check_fact_ids,
     diff_documents,
-    sort_facts,
 )
 from .cache import DEFAULT_CACHE_SCOPES, DocumentCache
 from .driver import (
@@ -72,36 +71,30 @@ _SELECT_HEAD = sa.select(
 ).where(_in_scope(memory_scopes))
 
 
-def _nulls(*types: Any) -> list[Any]:
-    """NULL columns, typed for SQLAlchemy's result processing only (no CAST in the SQL)."""
-    return [sa.type_coerce(sa.null(), t) if t is not None else sa.null() for t in types]
-
-
 # A whole document in one statement, hence one snapshot: the scope's facts, its head (version
 # and times: no row, no memory), its sections, told apart by ``kind``; each part of the union
-# reads its own table by the scope's key, with no join. The facts come first: their columns
-# give the union's types.
+# reads its own table by the scope's key, with no join. The facts come first (their columns
+# give the union's types) and the other rows reuse their columns, so that a fact row carries
+# nothing but its kind: the head's version as text in ``fact_id``, its times in the facts'
+# ``created_at`` and ``updated_at``; a section's name, summary and time in ``fact_id``,
+# ``content`` and ``updated_at``.
 _SELECT_DOCUMENT = sa.union_all(
+    sa.select(sa.literal_column("'f'", sa.String).label("kind"), *FACT_COLUMNS).where(
+        _in_scope(memory_facts)
+    ),
     sa.select(
-        *_nulls(memory_scopes.c.version.type, UTCDateTime(), UTCDateTime()),
-        sa.literal_column("'f'", sa.String).label("kind"),
-        *FACT_COLUMNS,
-    ).where(_in_scope(memory_facts)),
-    sa.select(
-        memory_scopes.c.version,
+        sa.literal_column("'h'", sa.String),
+        sa.cast(memory_scopes.c.version, sa.String),
+        *[sa.null()] * 5,
         memory_scopes.c.created_at,
         memory_scopes.c.updated_at,
-        sa.literal_column("'h'", sa.String),
-        *_nulls(*[None] * 8),
     ).where(_in_scope(memory_scopes)),
     sa.select(
-        *_nulls(None, None, None),
         sa.literal_column("'s'", sa.String),
         memory_sections.c.section,
         memory_sections.c.summary,
-        *_nulls(None, None, None, None),
+        *[sa.null()] * 5,
         memory_sections.c.updated_at,
-        sa.null(),
     ).where(_in_scope(memory_sections)),
 )
 _BUMP_VERSION = (
@@ -165,33 +158,42 @@ def _document(
     driver's tuples with ``times`` turning a column of timestamps into UTC ``datetime``s) and
     its cache stamp (version, scope creation time); None without a head row: no memory.
 
-    The facts are built column by column (``map`` over the columns, not a loop over rows):
-    most of a cold load's time is here."""
-    fact_rows = [row for row in rows if row[3] == "f"]
-    head = None
-    sections = []
-    for row in rows if len(fact_rows) < len(rows) else ():
-        if row[3] == "h":
-            head = row
-        elif row[3] == "s":
-            sections.append(row)
+    Facts are built and ordered column by column (``map`` over the columns, not a loop over
+    rows): most of a cold load's time is here."""
+    kinds = list(map(_KIND, rows))
+    facts_first = kinds.count("f")
+    if kinds[:facts_first].count("f") == facts_first:  # as the union lists them
+        fact_rows, others = rows[:facts_first], rows[facts_first:]
+    else:
+        fact_rows = [row for row in rows if row[0] == "f"]
+        others = [row for row in rows if row[0] != "f"]
+    head = next((row for row in others if row[0] == "h"), None)
     if head is None:
         return None
+    version, created_at, last_updated = int(head[1]), head[7], head[8]
     if times is not None:
-        head = (head[0], *times(head[1:3]))
-    doc = copy_model(MemoryDocument(), version=head[0], last_updated=head[2])
-    for row in sections:
-        name, updated_at = row[4], row[10] if times is None else times((row[10],))[0]
-        group = doc.user if hasattr(doc.user, name) else doc.history
-        setattr(group, name, Section(summary=row[5], updated_at=updated_at))
+        created_at, last_updated = times((created_at, last_updated))
+    doc = copy_model(MemoryDocument(), version=version, last_updated=last_updated)
+    for row in others:
+        if row[0] == "s":
+            name, updated_at = row[1], row[8] if times is None else times((row[8],))[0]
+            group = doc.user if hasattr(doc.user, name) else doc.history
+            setattr(group, name, Section(summary=row[2], updated_at=updated_at))
     if fact_rows:
         columns = list(zip(*fact_rows, strict=True))
-        created, updated = columns[10], columns[11]
+        ids, created, updated = columns[1], columns[7], columns[8]
         if times is not None:
             created, updated = times(created), times(updated)
-        # Sorted here, not by ORDER BY, which can lure a planner onto a tenant-wide time index.
-        doc = copy_model(doc, facts=sort_facts(map(trusted_fact, *columns[4:10], created, updated)))
-    return doc, (head[0], head[1])
+        facts = list(map(trusted_fact, *columns[1:7], created, updated))
+        # Ordered here (as sort_facts orders: created_at, then id), not by ORDER BY, which can
+        # lure a planner onto a tenant-wide time index; by keys zipped from the columns.
+        keys = list(zip(created, ids, strict=True))
+        order = sorted(range(len(facts)), key=keys.__getitem__)
+        doc = copy_model(doc, facts=list(map(facts.__getitem__, order)))
+    return doc, (version, created_at)
+
+
+_KIND = operator.itemgetter(0)
 
 
 def _writable_at_once(changes: Changes) -> bool:
