@@ -281,7 +281,7 @@ class Fact(_Model):
 
     def replace(self, **changes: Any) -> Fact:
         """A validated copy with ``changes`` applied (``fact.replace(confidence=0.9)``)."""
-        return Fact.model_validate({**self.model_dump(), **changes})
+        return Fact.model_validate({**self.__dict__, **changes})
 
 
 _FACT_FIELDS = frozenset(Fact.model_fields)
