@@ -4,7 +4,12 @@ cache, the schema check at open, and clean errors when the database is down."""
 from __future__ import annotations
 
 import datetime as dt
+import gc
+import os
+import threading
 import time
+import weakref
+from contextlib import ExitStack
 
 import pytest
 import sqlalchemy as sa
@@ -17,13 +22,14 @@ from memory_sql import (
     MemoryDocument,
     SchemaOutOfDateError,
     StorageError,
+    VersionConflictError,
     migrations,
 )
 from memory_sql.database import create_engine
 from memory_sql.models import Section, fact_digest
 from memory_sql.schema import memory_fact_events, memory_facts, memory_scopes
 from memory_sql.storage import SQLStorage, open_storage
-from memory_sql.storage.driver import release_idle
+from memory_sql.storage.driver import DriverConnection, release_idle
 
 
 @pytest.fixture(params=["sqlite", pytest.param("pg", id="postgresql", marks=pytest.mark.postgres)])
@@ -132,9 +138,9 @@ class DriverStatements:
         self.seen: list[str] = []
         self.engine = engine
         self.sqlite = engine.dialect.name == "sqlite"
-        # Connections the driver's path keeps between calls go back to the pool, so that
-        # every statement counted runs on a connection checked out after this point.
-        release_idle(engine, close=False)
+        # Connections the driver's path keeps between calls are closed, so that every
+        # statement counted runs on a connection checked out after this point.
+        release_idle(engine)
         event.listen(engine, "checkout", self._watch)
         event.listen(engine, "checkin", self._unwatch)
 
@@ -166,6 +172,7 @@ class DriverStatements:
     def close(self) -> None:
         event.remove(self.engine, "checkout", self._watch)
         event.remove(self.engine, "checkin", self._unwatch)
+        release_idle(self.engine)  # kept ones were watched, and would stay so
 
     def of_memory(self) -> list[str]:
         return [s for s in self.seen if "memory_" in s]
@@ -205,21 +212,24 @@ def test_a_save_by_the_driver_is_one_statement_on_postgresql(store, scope):
 
 
 def test_sqlalchemy_transactions_stay_transactions_after_driver_calls(store, scope):
-    """The driver's path leaves its pooled connections in autocommit; SQLAlchemy's own
-    connections (the same pooled ones) still get transactions that roll back."""
+    """The driver's path gives back to the pool, in autocommit, the connections it has no
+    room to keep; SQLAlchemy's own connections (the same pooled ones) still get transactions
+    that roll back."""
     store.save(MemoryDocument(facts=[Fact(content="kept")]), **scope)
-    for _ in range(3):
-        store.load(**scope)
     release_idle(store.engine)
     store.engine.pool.dispose()  # any pooled connection will do, below: use them all
-    store.load(**scope)
-    release_idle(store.engine, close=False)  # the one the load used, back in the pool
-    with store.engine.connect() as conn:
-        if store.engine.dialect.name == "postgresql":
-            assert conn.connection.driver_connection.autocommit is False
-        with conn.begin() as tx:
-            conn.execute(sa.update(memory_scopes).values(version=memory_scopes.c.version + 7))
-            tx.rollback()
+    with ExitStack() as calls:  # more driver calls at once than it keeps connections
+        used = [calls.enter_context(DriverConnection(store.engine)) for _ in range(4)]
+    with ExitStack() as held:  # every pooled connection, those given back among them
+        conns = [held.enter_context(store.engine.connect()) for _ in range(4)]
+        reused = [c for c in conns if c.connection.driver_connection in used]
+        assert reused
+        for conn in reused:
+            if store.engine.dialect.name == "postgresql":
+                assert conn.connection.driver_connection.autocommit is False
+            with conn.begin() as tx:
+                conn.execute(sa.update(memory_scopes).values(version=memory_scopes.c.version + 7))
+                tx.rollback()
     with store.engine.connect() as conn:
         versions = conn.execute(
             sa.select(memory_scopes.c.version).where(memory_scopes.c.user_id == scope["user_id"])
@@ -630,3 +640,122 @@ def test_saves_of_one_fact_each_write_its_row_and_its_event(store, scope):
     doc.facts.append(Fact(content="ADDED, reworded"))
     with pytest.raises(DuplicateFactError):
         store.save(doc, **scope)
+
+
+# --- the connections the driver's path keeps ----------------------------------------------
+
+
+def test_a_pool_of_one_connection_is_not_kept_from_sqlalchemy(sql_url, scope):
+    """A pool of one keeps nothing aside: SQLAlchemy's own work (SQLite's saves, the version
+    check of a conflict) finds the connection at once instead of timing out."""
+    engine = create_engine(sql_url, pool_size=1, max_overflow=0, pool_timeout=2)
+    try:
+        with SQLStorage(engine) as store:
+            for content in ("one", "two", "three"):
+                doc = store.load(**scope)
+                doc.facts.append(Fact(content=content))
+                store.save(doc, **scope)
+            stale = store.load(**scope)
+            store.save(store.load(**scope), **scope)  # unchanged: nothing written
+            stale.version -= 1
+            with pytest.raises(VersionConflictError):
+                store.save(stale.model_copy(update={"facts": []}), **scope)
+            assert [f.content for f in store.load(**scope).facts] == ["one", "two", "three"]
+    finally:
+        engine.dispose()
+
+
+def test_many_threads_on_a_small_pool_all_get_a_connection(sql_url):
+    """16 threads loading and saving through a pool of 2 (no overflow, 2 s to wait): the kept
+    connections are outside the pool, so no thread waits on them and none times out."""
+    engine = create_engine(sql_url, pool_size=2, max_overflow=0, pool_timeout=2)
+    errors: list[BaseException] = []
+    saves = [0] * 16
+
+    def work(t: int) -> None:
+        deadline = time.monotonic() + 2
+        try:
+            while time.monotonic() < deadline:
+                doc = store.load(user_id=f"thread-{t}")
+                doc.facts.append(Fact(content=f"fact {saves[t]}"))
+                store.save(doc, user_id=f"thread-{t}")
+                saves[t] += 1
+        except BaseException as exc:
+            errors.append(exc)
+
+    try:
+        with SQLStorage(engine) as store:
+            threads = [threading.Thread(target=work, args=(t,)) for t in range(16)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            assert errors == []
+            assert all(saves)
+            for t in range(16):
+                assert len(store.load(user_id=f"thread-{t}").facts) == saves[t]
+            assert_no_checked_out_connections(store)
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.postgres
+def test_an_engine_dropped_without_dispose_closes_its_kept_connection(pg_url, scope):
+    engine = create_engine(pg_url)
+    store = SQLStorage(engine)
+    store.save(MemoryDocument(facts=[Fact(content="kept")]), **scope)
+    with DriverConnection(engine) as dbapi:
+        ((pid,),) = dbapi.execute("SELECT pg_backend_pid()").fetchall()
+    collected = weakref.ref(engine)
+    del store, engine, dbapi
+    gc.collect()
+    assert collected() is None
+    admin = create_engine(pg_url)
+    try:
+        deadline = time.monotonic() + 5
+        with admin.connect() as conn:
+            while conn.execute(
+                sa.text("SELECT count(*) FROM pg_stat_activity WHERE pid = :p"), {"p": pid}
+            ).scalar():
+                assert time.monotonic() < deadline, "the kept connection outlived its engine"
+                time.sleep(0.05)
+    finally:
+        admin.dispose()
+
+
+@pytest.mark.postgres
+def test_a_forked_child_leaves_its_parents_kept_connection_alone(pg_url, scope):
+    """A child loads on a connection of its own, not on the one its parent keeps (the parent's
+    pool holds no other connection at the fork, so the child's engine needs no dispose); the
+    parent's kept one still serves the parent afterwards."""
+    store = SQLStorage(create_engine(pg_url))
+    store.save(MemoryDocument(facts=[Fact(content="kept")]), **scope)
+
+    def backend() -> int:
+        with DriverConnection(store.engine) as dbapi:
+            return dbapi.execute("SELECT pg_backend_pid()").fetchall()[0][0]
+
+    try:
+        parent = backend()
+        store.engine.pool.dispose()  # the pooled ones (not the kept one) are closed
+        read, write = os.pipe()
+        child = os.fork()
+        if child == 0:  # pragma: no cover - the child's own exit status says it all
+            status = 1
+            try:
+                os.close(read)
+                loaded = [f.content for f in store.load(**scope).facts]
+                os.write(write, f"{backend()} {loaded == ['kept']}".encode())
+                status = 0
+            finally:
+                os._exit(status)
+        os.close(write)
+        with os.fdopen(read) as answer:
+            child_pid, child_loaded = answer.read().split()
+        assert os.waitpid(child, 0)[1] == 0
+        assert child_loaded == "True"
+        assert int(child_pid) != parent
+        assert backend() == parent  # the parent's connection was neither used nor closed
+        assert [f.content for f in store.load(**scope).facts] == ["kept"]
+    finally:
+        store.engine.dispose()

@@ -6,11 +6,11 @@ raises :class:`DriverFallback` (the caller then runs SQLAlchemy's path, which re
 nothing runs here while someone listens to SQLAlchemy's statement events (:func:`unobserved`).
 
 Connections come from the engine's pool, so its checkout hooks (the tenant that row-level
-security sees, :mod:`memory_sql.tenancy`) apply. A few of them are kept checked out between
-calls, idle, for the next call (:class:`DriverConnection`): a pool checkout and return cost
-more than a cached load's whole statement on SQLite. They stay in autocommit between calls;
-any other checkout of such a connection turns autocommit off first (:func:`_leave_autocommit`),
-so SQLAlchemy's connections are always as it left them.
+security sees, :mod:`memory_sql.tenancy`) apply. A few are then kept, detached from the pool,
+for the next call (:class:`DriverConnection`): a pool checkout and return cost more than a
+cached load's whole statement on SQLite. Those given back to the pool stay in autocommit; any
+other checkout of such a connection turns autocommit off first (:func:`_leave_autocommit`), so
+SQLAlchemy's connections are always as it left them.
 """
 
 from __future__ import annotations
@@ -57,7 +57,16 @@ def compiled_for_driver(statement: sa.Executable, dialect: sa.Dialect) -> tuple[
 def sqlite_times(values: Any) -> list[datetime | None]:
     """Timestamps as SQLAlchemy keeps them in SQLite (ISO text, UTC, no zone), as
     UTCDateTime reads them back. The zone is parsed with the text, by C functions mapped over
-    the column: ten times cheaper than ``replace(tzinfo=...)`` value by value."""
+    the column: ten times cheaper than ``replace(tzinfo=...)`` value by value. A column whose
+    values repeat (the facts one update wrote share its time) is parsed once per value."""
+    distinct = dict.fromkeys(values)
+    if len(distinct) * 2 > len(values):
+        return _parsed(values)
+    parsed = dict(zip(distinct, _parsed(distinct), strict=True))
+    return list(map(parsed.__getitem__, values))
+
+
+def _parsed(values: Any) -> list[datetime | None]:
     try:
         return list(map(_from_iso, map(operator.add, values, repeat("+00:00"))))
     except (TypeError, ValueError):  # NULLs, or text with a zone of its own
@@ -111,78 +120,93 @@ def _leave_autocommit(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
 sa.event.listen(Pool, "checkout", _leave_autocommit)
 
 
+class _Kept:
+    """A driver connection kept between calls: detached from its pool (which counts it no
+    more, so SQLAlchemy's own work has the whole pool), with its pool record's info (the
+    tenant it is set to) and the time it connected."""
+
+    __slots__ = ("dbapi", "info", "since")
+
+    def __init__(self, dbapi: Any, info: dict, since: float) -> None:
+        self.dbapi = dbapi
+        self.info = info
+        self.since = since
+
+
 class _Idle:
-    """The connections of one engine kept checked out between driver calls (at most half its
-    pool's size, so that SQLAlchemy's own work finds pooled connections), last used first.
+    """The driver connections of one engine kept between calls, at most half its pool's size
+    (none for a pool of one), last used first.
 
-    ``take`` hands one out as the pool would: not one the pool has invalidated since (a
-    database restart seen elsewhere) or past its recycle age, and with the tenant setting of
-    the work at hand (:func:`memory_sql.tenancy.reapply`)."""
+    ``take`` hands one out as the pool would: not one connected before the pool was last
+    invalidated (a database restart seen elsewhere) nor past its recycle age, and with the
+    tenant setting of the work at hand (:func:`memory_sql.tenancy.reapply`)."""
 
-    __slots__ = ("__weakref__", "connections", "engine", "most", "pool")
+    __slots__ = ("__weakref__", "connections", "engine", "lock", "most", "pool")
 
     def __init__(self, engine: Engine, pool: QueuePool) -> None:
         self.engine = engine
         self.pool = pool
-        self.most = max(1, pool.size() // 2)
-        self.connections: list[Any] = []
+        self.most = pool.size() // 2
+        self.connections: list[_Kept] = []
+        self.lock = threading.Lock()
+        # Closed when the engine is collected without a dispose(); the finalizer holds the
+        # list, not the engine.
+        weakref.finalize(engine, _close_all, self.connections)
         _every_idle.add(self)
 
-    def take(self) -> Any | None:
+    def take(self) -> _Kept | None:
         connections = self.connections
         while connections:
             try:
-                fairy = connections.pop()
+                kept = connections.pop()
             except IndexError:  # another thread took the last one
                 return None
-            record = fairy._connection_record
-            if record is None or self._stale(record):
-                _discard(fairy)
+            if self._stale(kept):
+                _close(kept)
                 continue
             try:
-                tenancy.reapply(self.engine, fairy.driver_connection, fairy.info)
-            except sa_exc.DisconnectionError as exc:
-                _discard(fairy, exc)
+                tenancy.reapply(self.engine, kept.dbapi, kept.info)
+            except sa_exc.DisconnectionError:
+                _close(kept)
                 continue
-            return fairy
+            return kept
         return None
 
-    def _stale(self, record: Any) -> bool:
-        recycle = self.pool._recycle
-        return record._is_hard_or_soft_invalidated() or (
-            recycle > -1 and time.time() - record.starttime > recycle
+    def _stale(self, kept: _Kept) -> bool:
+        pool = self.pool
+        recycle = pool._recycle
+        return pool._invalidate_time > kept.since or (
+            recycle > -1 and time.time() - kept.since > recycle
         )
 
-    def keep(self, fairy: Any) -> bool:
-        """Keep ``fairy`` (idle, in autocommit) for the next call, if there is room."""
-        if len(self.connections) >= self.most or self.engine.pool is not self.pool:
-            return False
-        self.connections.append(fairy)
-        return True
+    def keep(self, kept: _Kept) -> bool:
+        """Keep ``kept`` (idle, in autocommit) for the next call, if there is room."""
+        with self.lock:
+            if len(self.connections) >= self.most or self.engine.pool is not self.pool:
+                return False
+            self.connections.append(kept)
+            return True
 
-    def release(self, *, close: bool = False) -> None:
-        """Give every kept connection back to its pool (``close``: closed, as a disposed
-        engine's are)."""
-        while self.connections:
-            try:
-                fairy = self.connections.pop()
-            except IndexError:
-                return
-            if close:
-                _discard(fairy)
-            else:
-                fairy.close()
+    def has_room(self) -> bool:
+        return len(self.connections) < self.most
 
-    def __del__(self) -> None:  # an engine dropped without dispose(): check them in quietly
-        with suppress(Exception):
-            self.release()
+    def release(self) -> None:
+        """Close every kept connection."""
+        _close_all(self.connections)
 
 
-def _discard(fairy: Any, exc: BaseException | None = None) -> None:
-    try:
-        fairy.invalidate(exc)
-    finally:
-        fairy.close()
+def _close(kept: _Kept) -> None:
+    with suppress(Exception):
+        kept.dbapi.close()
+
+
+def _close_all(connections: list[_Kept]) -> None:
+    while connections:
+        try:
+            kept = connections.pop()
+        except IndexError:
+            return
+        _close(kept)
 
 
 _IDLE = "_memory_sql_idle_connections"
@@ -203,7 +227,7 @@ def _idle_of(engine: Engine) -> _Idle | None:
         if not isinstance(pool, QueuePool):
             return None
         if idle is not None:  # the pool was made anew (a dispose we were not told of)
-            idle.release(close=True)
+            idle.release()
         else:
             sa.event.listen(engine, "engine_disposed", release_idle)
         idle = engine.__dict__[_IDLE] = _Idle(engine, pool)
@@ -213,17 +237,21 @@ def _idle_of(engine: Engine) -> _Idle | None:
 _making = threading.Lock()
 
 
-def release_idle(engine: Engine, *, close: bool = True) -> None:
-    """Close the connections the driver's path keeps idle for ``engine`` (at its dispose), or
-    with ``close=False`` give them back to its pool."""
+def release_idle(engine: Engine) -> None:
+    """Close the connections the driver's path keeps for ``engine`` (at its dispose)."""
     idle = engine.__dict__.get(_IDLE)
     if idle is not None:
-        idle.release(close=close)
+        idle.release()
+
+
+# A forked child shares its parent's sockets: it must neither use nor close them (a
+# connection object collected would say goodbye to the server on the parent's session).
+_inherited: list[_Kept] = []
 
 
 def _forget_in_child() -> None:
-    # A forked child shares its parent's sockets: it must neither use nor close them.
     for idle in list(_every_idle):
+        _inherited.extend(idle.connections)
         idle.connections.clear()
         idle.pool = None  # type: ignore[assignment]
 
@@ -232,16 +260,19 @@ os.register_at_fork(after_in_child=_forget_in_child)
 
 
 class DriverConnection:
-    """A pooled connection of the driver itself, in autocommit for its statements, whose
-    results must be read to the end within the block (so a kept SQLite connection holds no
-    read snapshot). A driver error raises :class:`DriverFallback` or, with ``raising``,
-    SQLAlchemy's wrapper of it; a connection found dead is discarded, with the idle ones. A
-    connection not to be had raises SQLAlchemy's wrapper of the driver's error, as
-    ``engine.connect()`` would (the pool hands the raw one on).
+    """A connection of the driver itself, in autocommit for its statements, whose results
+    must be read to the end within the block (so a kept SQLite connection holds no read
+    snapshot): one kept from an earlier call, else one checked out of the engine's pool (its
+    checkout hooks run), kept afterwards if there is room, else given back.
+
+    A driver error raises :class:`DriverFallback` or, with ``raising``, SQLAlchemy's wrapper
+    of it; a connection found dead is discarded, with the kept ones. A connection not to be had
+    raises SQLAlchemy's wrapper of the driver's error, as ``engine.connect()`` would (the pool
+    hands the raw one on).
 
     A class, not a generator: it runs on every load and save."""
 
-    __slots__ = ("engine", "fairy", "idle", "raising")
+    __slots__ = ("engine", "fairy", "idle", "kept", "raising")
 
     def __init__(self, engine: Engine, *, raising: bool = False) -> None:
         self.engine = engine
@@ -251,10 +282,11 @@ class DriverConnection:
         engine = self.engine
         idle = self.idle = _idle_of(engine)
         if idle is not None:
-            fairy = idle.take()
-            if fairy is not None:
-                self.fairy = fairy
-                return fairy.driver_connection
+            kept = self.kept = idle.take()
+            if kept is not None:
+                return kept.dbapi
+        else:
+            self.kept = None
         dialect = engine.dialect
         postgres = dialect.name == "postgresql"
         if postgres:
@@ -280,29 +312,47 @@ class DriverConnection:
         return dbapi
 
     def __exit__(self, exc_type: Any, exc: Any, _tb: Any) -> bool:
-        fairy = self.fairy
+        kept, idle = self.kept, self.idle
         if exc is None:
-            idle = self.idle
-            if idle is None or not idle.keep(fairy):
-                fairy.close()
+            if kept is not None:
+                if not idle.keep(kept):  # type: ignore[union-attr]
+                    _close(kept)
+            elif idle is not None and idle.has_room():
+                self._keep_checked_out(idle)
+            else:
+                self.fairy.close()
             return False
+        dialect = self.engine.dialect
+        driver_error: type[Exception] = dialect.loaded_dbapi.Error
+        dbapi = kept.dbapi if kept is not None else self.fairy.dbapi_connection
         try:
-            dialect = self.engine.dialect
-            driver_error: type[Exception] = dialect.loaded_dbapi.Error
             if not isinstance(exc, driver_error):
                 return False
-            dead = dialect.is_disconnect(exc, fairy.dbapi_connection, None)
+            dead = dialect.is_disconnect(exc, dbapi, None)
             if dead:
-                fairy.invalidate(exc)
-                if self.idle is not None:  # they met the same restart, most likely
-                    self.idle.release(close=True)
+                if kept is None:
+                    self.fairy.invalidate(exc)
+                if idle is not None:  # they met the same restart, most likely
+                    idle.release()
             if not self.raising:
                 raise DriverFallback from exc
             raise sa_exc.DBAPIError.instance(
                 None, None, exc, driver_error, connection_invalidated=dead, dialect=dialect
             ) from exc
         finally:
-            fairy.close()
+            if kept is not None:  # no pool to hand it back to: closed, whatever the error
+                _close(kept)
+            else:
+                self.fairy.close()
+
+    def _keep_checked_out(self, idle: _Idle) -> None:
+        fairy = self.fairy
+        record = fairy._connection_record
+        since = record.starttime if record is not None else 0.0
+        dbapi = fairy.dbapi_connection
+        fairy.detach()  # the pool counts it no more, and will not close it
+        if not idle.keep(_Kept(dbapi, fairy.info, since)):
+            dbapi.close()
 
 
 def read_facts_by_driver(

@@ -451,6 +451,10 @@ class SQLStorage(MemoryStorage):
     by moving its version forward (``UPDATE … WHERE version = expected``), so of two racing
     saves exactly one wins and the other raises :class:`VersionConflictError`; then it writes
     only the rows that changed.
+
+    Loads, PostgreSQL's saves and searches run on the driver itself (:mod:`.driver`), which
+    keeps up to half the engine's pool size of its connections between calls, detached from
+    the pool (beyond its limit); ``engine.dispose()`` closes them.
     """
 
     def __init__(
