@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import gc
 import os
+import re
 import threading
 import time
 import weakref
@@ -194,7 +195,9 @@ def test_a_cached_load_by_the_driver_is_one_primary_key_read(store, scope):
     assert not [s for s in counter.seen if s.split()[0].upper() in ("BEGIN", "ROLLBACK")]
 
 
-def test_a_save_by_the_driver_is_one_statement_on_postgresql(store, scope):
+def test_a_save_by_the_driver_is_one_statement_or_one_short_transaction(store, scope):
+    """PostgreSQL: one statement. SQLite: one transaction of the claim and the rows written,
+    nothing read in it; both as a fresh store reads them back."""
     store.save(MemoryDocument(facts=[Fact(content=f"fact {i}") for i in range(20)]), **scope)
     doc = store.load(**scope)
     doc.facts[3] = doc.facts[3].replace(confidence=0.25)
@@ -206,9 +209,59 @@ def test_a_save_by_the_driver_is_one_statement_on_postgresql(store, scope):
     if store.engine.dialect.name == "postgresql":
         (statement,) = counter.of_memory()
         assert statement.lstrip().upper().startswith("WITH")
+    else:
+        verbs = [" ".join(s.split()[:2]) for s in counter.seen]
+        expected = ["BEGIN IMMEDIATE", "UPDATE memory_scopes", "UPDATE memory_facts"]
+        assert verbs == [*expected, "INSERT INTO", "COMMIT"], counter.seen
+        assert "memory_fact_events" in counter.seen[3]
     with open_storage(str(store.engine.url.render_as_string(hide_password=False))) as other:
         (changed,) = [f for f in other.load(**scope).facts if f.confidence == 0.25]
     assert changed.id == doc.facts[3].id and changed.updated_at is not None
+    assert changed == store.load(**scope).facts[3]
+
+
+def test_sqlite_saves_by_the_driver_store_timestamps_as_sqlalchemy_does(sqlite_url, scope):
+    """The driver's SQLite save binds times as SQLAlchemy's does (naive UTC text, always with
+    microseconds: sqlite3's own adapter drops ".000000"): the rows it writes and those
+    SQLAlchemy's path writes read alike, in SQL too (the reports compare them as text)."""
+    with SQLStorage(sqlite_url) as store:
+        when = dt.datetime(2024, 5, 1, 14, 0, tzinfo=dt.timezone(dt.timedelta(hours=2)))
+        store.save(MemoryDocument(facts=[Fact(content="first", created_at=when)]), **scope)
+        doc = store.load(**scope)
+        doc.facts.append(Fact(content="by the driver", created_at=when))
+        store.save(doc, **scope)  # the driver's path: the stored document is in the cache
+        doc = store.load(**scope)
+        doc.facts.append(Fact(content="by sqlalchemy", created_at=when))
+        with store.engine.begin() as conn:  # in_transaction: SQLAlchemy's path
+            store.save(doc, **scope, in_transaction=lambda c: None)
+            conn.rollback()
+        with store.engine.connect() as conn:
+            rows = conn.exec_driver_sql(
+                "SELECT content, created_at, updated_at FROM memory_facts WHERE user_id = ?",
+                (scope["user_id"],),
+            ).all()
+    texts = {content: (created, updated) for content, created, updated in rows}
+    assert texts["by the driver"][0] == texts["by sqlalchemy"][0] == "2024-05-01 12:00:00.000000"
+    for _, updated in texts.values():
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}", updated), updated
+
+
+def test_a_refused_sqlite_save_leaves_no_lock_behind(sqlite_url, scope):
+    """A save the database refuses mid-transaction (a casefold duplicate) rolls back on the
+    driver's connection: nothing is stored, and another connection writes at once."""
+    with SQLStorage(sqlite_url) as store, SQLStorage(sqlite_url) as other:
+        store.save(MemoryDocument(facts=[Fact(content="Likes tea")]), **scope)
+        doc = store.load(**scope)
+        doc.facts.append(Fact(content="likes TEA"))
+        doc.facts.append(Fact(content="not stored either"))
+        with pytest.raises(DuplicateFactError):
+            store.save(doc, **scope)
+        started = time.monotonic()
+        elsewhere = other.load(**scope)
+        elsewhere.facts.append(Fact(content="written at once"))
+        assert other.save(elsewhere, **scope) == 2
+        assert time.monotonic() - started < 2  # no lock left: a writer waits up to 30 s
+        assert [f.content for f in store.load(**scope).facts] == ["Likes tea", "written at once"]
 
 
 def test_sqlalchemy_transactions_stay_transactions_after_driver_calls(store, scope):

@@ -48,6 +48,44 @@ def driver_statement(statement: sa.Executable, dialect: sa.Dialect) -> tuple[str
     return compiled.string, dict(compiled.params)
 
 
+class DriverWrite:
+    """A write statement compiled once for the driver, run on a list of rows (executemany),
+    each row's values bound as SQLAlchemy would bind them (its types' bind processors: UTC
+    timestamps as SQLite's text)."""
+
+    __slots__ = ("fixed", "processors", "sql")
+
+    def __init__(self, statement: sa.Executable, dialect: sa.Dialect) -> None:
+        named = type(dialect)(paramstyle="named") if dialect.name == "sqlite" else dialect
+        compiled = statement.compile(dialect=named)
+        self.sql = compiled.string
+        self.fixed = dict(compiled.params)
+        # Each type as this dialect implements it (UTCDateTime over SQLite's DATETIME, which
+        # writes the text), as SQLAlchemy's own execution binds it.
+        self.processors = {
+            compiled.bind_names[bind]: processor
+            for bind in compiled.binds.values()
+            if (processor := bind.type.dialect_impl(dialect).bind_processor(dialect)) is not None
+        }
+
+    def parameters(self, row: dict[str, Any]) -> dict[str, Any]:
+        bound = {**self.fixed, **row}
+        for name, processor in self.processors.items():
+            bound[name] = processor(bound[name])
+        return bound
+
+    def run(self, dbapi: Any, rows: list[dict[str, Any]]) -> Any:
+        if len(rows) == 1:
+            return dbapi.execute(self.sql, self.parameters(rows[0]))
+        return dbapi.executemany(self.sql, list(map(self.parameters, rows)))
+
+
+@functools.lru_cache(maxsize=64)
+def driver_write(statement: sa.Executable, dialect: sa.Dialect) -> DriverWrite:
+    """:class:`DriverWrite` of a statement built once (kept, so the key is the object)."""
+    return DriverWrite(statement, dialect)
+
+
 @functools.lru_cache(maxsize=256)
 def compiled_for_driver(statement: sa.Executable, dialect: sa.Dialect) -> tuple[str, dict]:
     """:func:`driver_statement` of a statement built once (kept, so the key is the object)."""

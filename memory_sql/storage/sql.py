@@ -7,7 +7,7 @@ import hashlib
 import json
 import operator
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import datetime, timezone
 from typing import Any
 
@@ -50,6 +50,7 @@ from .driver import (
     DriverConnection,
     DriverFallback,
     driver_statement,
+    driver_write,
     pg_times,
     sqlite_times,
     unobserved,
@@ -105,14 +106,6 @@ _BUMP_VERSION = (
 )
 
 
-def _where(table: sa.Table, scope: Scope) -> sa.ColumnElement[bool]:
-    return sa.and_(
-        table.c.tenant_id == scope.tenant_id,
-        table.c.user_id == scope.user_id,
-        table.c.agent_name == scope.agent_key,
-    )
-
-
 def _scope_params(scope: Scope) -> dict[str, str]:
     return {
         "scope_tenant": scope.tenant_id,
@@ -138,6 +131,18 @@ def _fact_row(scope: Scope, fact: Fact) -> dict[str, Any]:
         "created_at": fact.created_at,
         "updated_at": fact.updated_at,
     }
+
+
+_UPDATED_COLUMNS = (
+    "content",
+    "content_key",
+    "category",
+    "confidence",
+    "source_thread_id",
+    "source_error",
+    "updated_at",
+)
+"""What an update of a fact writes (not its id, scope or creation time)."""
 
 
 def _placeholder_key(fact_id: str) -> str:
@@ -438,6 +443,107 @@ def _event_rows(
     ]
 
 
+# SQLite's driver save claims the version as the one-statement save does on PostgreSQL: the
+# scope row at the expected version and creation time (a scope made again never matches).
+_CLAIM_VERSION = (
+    sa.update(memory_scopes)
+    .where(
+        _in_scope(memory_scopes),
+        memory_scopes.c.version == sa.bindparam("expected"),
+        memory_scopes.c.created_at == sa.bindparam("created_at"),
+    )
+    .values(version=memory_scopes.c.version + 1, updated_at=sa.bindparam("now"))
+    .returning(memory_scopes.c.version)
+)
+_CLAIM_NEW_SCOPE = (
+    sqlite.insert(memory_scopes)
+    .values(
+        tenant_id=sa.bindparam("scope_tenant"),
+        user_id=sa.bindparam("scope_user"),
+        agent_name=sa.bindparam("scope_agent"),
+        version=1,
+        created_at=sa.bindparam("now"),
+        updated_at=sa.bindparam("now"),
+    )
+    .on_conflict_do_nothing()
+    .returning(memory_scopes.c.version)
+)
+
+
+def _by_fact_id(table: sa.Table) -> sa.ColumnElement[bool]:
+    return sa.and_(_in_scope(table), table.c.fact_id == sa.bindparam("w_fact_id"))
+
+
+# The statements of a save's writes, built once with bound parameters, each run on a list of
+# rows (executemany): by SQLAlchemy in the transactional path, by the driver in SQLite's.
+_DELETE_FACT = sa.delete(memory_facts).where(_by_fact_id(memory_facts))
+_REKEY_FACT = (
+    sa.update(memory_facts)
+    .where(_by_fact_id(memory_facts))
+    .values(content_key=sa.bindparam("w_content_key"))
+)
+_UPDATE_FACT = (
+    sa.update(memory_facts)
+    .where(_by_fact_id(memory_facts))
+    .values({name: sa.bindparam(f"w_{name}") for name in _UPDATED_COLUMNS})
+)
+_INSERT_FACT = sa.insert(memory_facts)
+_INSERT_EVENT = sa.insert(memory_fact_events)
+_DELETE_SECTION = sa.delete(memory_sections).where(
+    _in_scope(memory_sections), memory_sections.c.section == sa.bindparam("w_section")
+)
+_INSERT_SECTION = sa.insert(memory_sections)
+
+
+def _write_plan(
+    scope: Scope, changes: Changes, version: int, now: datetime
+) -> list[tuple[sa.Executable, list[dict[str, Any]]]]:
+    """The statements that write ``changes`` (making ``version`` at ``now``), in the order they
+    must run, each with its rows. Deletes and updates go before inserts, so a fact may take
+    over the content of one removed in the same save without tripping the unique constraint;
+    facts that trade contents (A takes B's old text while B is reworded) first move their keys
+    out of each other's way, the unique key being checked row by row."""
+    where = _scope_params(scope)
+    plan: list[tuple[sa.Executable, list[dict[str, Any]]]] = []
+    if changes.deleted:
+        plan.append((_DELETE_FACT, [{**where, "w_fact_id": i} for i in changes.deleted]))
+    rekeyed = [fact for fact in changes.updated if fact.id in changes.rekeyed]
+    if len(rekeyed) > 1:
+        keys = [
+            {**where, "w_fact_id": f.id, "w_content_key": _placeholder_key(f.id)} for f in rekeyed
+        ]
+        plan.append((_REKEY_FACT, keys))
+    if changes.updated:
+        rows = []
+        for fact in changes.updated:
+            row = _fact_row(scope, fact)
+            rows.append(
+                {**where, **{f"w_{name}": row[name] for name in ("fact_id", *_UPDATED_COLUMNS)}}
+            )
+        plan.append((_UPDATE_FACT, rows))
+    if changes.inserted:
+        plan.append((_INSERT_FACT, [_fact_row(scope, fact) for fact in changes.inserted]))
+    events = _event_rows(scope, changes, version, now)
+    if events:
+        plan.append((_INSERT_EVENT, events))
+    if changes.sections:
+        names = [{**where, "w_section": name} for name in changes.sections]
+        plan.append((_DELETE_SECTION, names))
+        kept = [
+            {
+                **_scope_values(scope),
+                "section": name,
+                "summary": s.summary,
+                "updated_at": s.updated_at,
+            }
+            for name, s in changes.sections.items()
+            if s.summary or s.updated_at is not None
+        ]
+        if kept:
+            plan.append((_INSERT_SECTION, kept))
+    return plan
+
+
 class SQLStorage(MemoryStorage):
     """:class:`MemoryStorage` on PostgreSQL or SQLite.
 
@@ -585,8 +691,13 @@ class SQLStorage(MemoryStorage):
         in_transaction: Callable[[Connection], object] | None = None,
     ) -> int:
         now = utcnow()
-        if self._postgres and in_transaction is None:
-            saved = self._save_in_one_statement(scope, doc, expected_version, now)
+        if in_transaction is None:
+            if self._postgres:
+                saved = self._save_in_one_statement(scope, doc, expected_version, now)
+            elif self._unobserved():
+                saved = self._save_by_driver_on_sqlite(scope, doc, expected_version, now)
+            else:
+                saved = None
             if saved is not None:
                 return saved
         with self._write_transaction(scope, doc) as conn:
@@ -649,6 +760,51 @@ class SQLStorage(MemoryStorage):
         self._cache.put(scope, (new_version, created_at), stored)
         return new_version
 
+    def _save_by_driver_on_sqlite(
+        self, scope: Scope, doc: MemoryDocument, expected_version: int, now: datetime
+    ) -> int | None:
+        """SQLite: the save's transaction on the driver itself (``BEGIN IMMEDIATE``, the version
+        claimed, the writes of :func:`_write_plan`, ``COMMIT``), from the stored document at
+        ``expected_version`` in the cache. Returns None, having written nothing, when the cache
+        lacks it or the claim fails (another version, or the scope made again): :meth:`_save`
+        then takes SQLAlchemy's path, which reads the base in its transaction and tells a
+        conflict from a stale cache entry."""
+        if expected_version == 0:
+            created_at, base = now, MemoryDocument()
+        else:
+            entry = self._cache.latest(scope)
+            if entry is None or entry[0][0] != expected_version:  # type: ignore[index]
+                return None
+            (_, created_at), base = entry  # type: ignore[misc]
+        changes = diff_documents(base, doc, now)
+        if not changes:
+            return expected_version
+        new_version = expected_version + 1
+        dialect = self.engine.dialect
+        claim = _CLAIM_NEW_SCOPE if expected_version == 0 else _CLAIM_VERSION
+        where = {**_scope_params(scope), "now": now}
+        where.update(expected=expected_version, created_at=created_at)
+        try:
+            with self._driver(raising=True) as dbapi:
+                dbapi.execute("BEGIN IMMEDIATE")
+                try:
+                    if not driver_write(claim, dialect).run(dbapi, [where]).fetchall():
+                        dbapi.execute("ROLLBACK")
+                        return None
+                    for statement, rows in _write_plan(scope, changes, new_version, now):
+                        driver_write(statement, dialect).run(dbapi, rows)
+                    dbapi.execute("COMMIT")
+                except BaseException:
+                    with suppress(Exception):
+                        dbapi.execute("ROLLBACK")
+                    raise
+        except Exception:  # as memory_sql's errors (no context manager on the way in)
+            with self._errors(scope, doc):
+                raise
+        stored = apply_changes(base, changes, new_version, now)
+        self._cache.put(scope, (new_version, created_at), stored)
+        return new_version
+
     def _claim(
         self, conn: Connection, scope: Scope, expected_version: int, now: datetime
     ) -> tuple[datetime, MemoryDocument]:
@@ -675,13 +831,6 @@ class SQLStorage(MemoryStorage):
             return created_at, cached
         return created_at, self._read_rows(conn, scope, expected_version, None)
 
-    def _log_events(
-        self, conn: Connection, scope: Scope, changes: Changes, version: int, now: datetime
-    ) -> None:
-        events = _event_rows(scope, changes, version, now)
-        if events:
-            conn.execute(sa.insert(memory_fact_events), events)
-
     def _conflict(self, conn: Connection, scope: Scope, expected_version: int) -> None:
         actual = conn.execute(_SELECT_HEAD, _scope_params(scope)).scalar()
         raise VersionConflictError(str(scope), expected_version, actual)
@@ -689,51 +838,8 @@ class SQLStorage(MemoryStorage):
     def _write(
         self, conn: Connection, scope: Scope, changes: Changes, version: int, now: datetime
     ) -> None:
-        # Deletes and updates go before inserts, so a fact may take over the content of one
-        # removed in the same save without tripping the unique constraint.
-        if changes.deleted:
-            conn.execute(
-                sa.delete(memory_facts).where(
-                    _where(memory_facts, scope), memory_facts.c.fact_id.in_(changes.deleted)
-                )
-            )
-        # The unique key is checked row by row, so facts that trade contents (A takes B's old
-        # text while B is reworded) first move their keys out of each other's way.
-        rekeyed = [fact for fact in changes.updated if fact.id in changes.rekeyed]
-        if len(rekeyed) > 1:
-            for fact in rekeyed:
-                conn.execute(
-                    sa.update(memory_facts)
-                    .where(_where(memory_facts, scope), memory_facts.c.fact_id == fact.id)
-                    .values(content_key=_placeholder_key(fact.id))
-                )
-        for fact in changes.updated:
-            row = _fact_row(scope, fact)
-            conn.execute(
-                sa.update(memory_facts)
-                .where(_where(memory_facts, scope), memory_facts.c.fact_id == fact.id)
-                .values({k: v for k, v in row.items() if k not in ("fact_id", "created_at")})
-            )
-        if changes.inserted:
-            conn.execute(
-                sa.insert(memory_facts), [_fact_row(scope, fact) for fact in changes.inserted]
-            )
-        self._log_events(conn, scope, changes, version, now)
-        for name, section in changes.sections.items():
-            conn.execute(
-                sa.delete(memory_sections).where(
-                    _where(memory_sections, scope), memory_sections.c.section == name
-                )
-            )
-            if section.summary or section.updated_at is not None:
-                conn.execute(
-                    sa.insert(memory_sections).values(
-                        **_scope_values(scope),
-                        section=name,
-                        summary=section.summary,
-                        updated_at=section.updated_at,
-                    )
-                )
+        for statement, rows in _write_plan(scope, changes, version, now):
+            conn.execute(statement, rows)
 
     # cache and errors ------------------------------------------------------------------------
 
