@@ -720,8 +720,11 @@ def test_a_pool_of_one_connection_is_not_kept_from_sqlalchemy(sql_url, scope):
 
 def test_many_threads_on_a_small_pool_all_get_a_connection(sql_url):
     """16 threads loading and saving through a pool of 2 (no overflow, 2 s to wait): the kept
-    connections are outside the pool, so no thread waits on them and none times out."""
+    connection is outside the pool, so no thread waits on it and none times out; and none is
+    made and closed again and again (the pool's 2 and the one kept: 3 connections in all)."""
     engine = create_engine(sql_url, pool_size=2, max_overflow=0, pool_timeout=2)
+    connects: list[object] = []
+    event.listen(engine, "connect", lambda dbapi_connection, _record: connects.append(1))
     errors: list[BaseException] = []
     saves = [0] * 16
 
@@ -745,6 +748,7 @@ def test_many_threads_on_a_small_pool_all_get_a_connection(sql_url):
                 thread.join()
             assert errors == []
             assert all(saves)
+            assert len(connects) <= 3, f"{len(connects)} connections made for {sum(saves)} saves"
             for t in range(16):
                 assert len(store.load(user_id=f"thread-{t}").facts) == saves[t]
             assert_no_checked_out_connections(store)

@@ -172,19 +172,23 @@ class _Kept:
 
 
 class _Idle:
-    """The driver connections of one engine kept between calls, at most half its pool's size
-    (none for a pool of one), last used first.
+    """The driver connections of one engine kept between calls: a private pool of at most half
+    the engine's pool size (none for a pool of one), filled from the engine's pool as calls
+    need, last used first. A connection is counted from its adoption until it is closed, so
+    one coming back always finds its place: none is closed for want of room, nor taken from
+    the engine's pool only to be closed.
 
     ``take`` hands one out as the pool would: not one connected before the pool was last
     invalidated (a database restart seen elsewhere) nor past its recycle age, and with the
     tenant setting of the work at hand (:func:`memory_sql.tenancy.reapply`)."""
 
-    __slots__ = ("__weakref__", "connections", "engine", "lock", "most", "pool")
+    __slots__ = ("__weakref__", "alive", "connections", "engine", "lock", "most", "pool")
 
     def __init__(self, engine: Engine, pool: QueuePool) -> None:
         self.engine = engine
         self.pool = pool
         self.most = pool.size() // 2
+        self.alive = 0
         self.connections: list[_Kept] = []
         self.lock = threading.Lock()
         # Closed when the engine is collected without a dispose(); the finalizer holds the
@@ -200,12 +204,12 @@ class _Idle:
             except IndexError:  # another thread took the last one
                 return None
             if self._stale(kept):
-                _close(kept)
+                self.discard(kept)
                 continue
             try:
                 tenancy.reapply(self.engine, kept.dbapi, kept.info)
             except sa_exc.DisconnectionError:
-                _close(kept)
+                self.discard(kept)
                 continue
             return kept
         return None
@@ -217,20 +221,36 @@ class _Idle:
             recycle > -1 and time.time() - kept.since > recycle
         )
 
-    def keep(self, kept: _Kept) -> bool:
-        """Keep ``kept`` (idle, in autocommit) for the next call, if there is room."""
+    def adopt(self) -> bool:
+        """Whether a connection of the engine's pool, just used, may join (then it counts)."""
         with self.lock:
-            if len(self.connections) >= self.most or self.engine.pool is not self.pool:
+            if self.alive >= self.most or self.engine.pool is not self.pool:
                 return False
-            self.connections.append(kept)
+            self.alive += 1
             return True
 
-    def has_room(self) -> bool:
-        return len(self.connections) < self.most
+    def give_back(self, kept: _Kept) -> None:
+        """``kept`` (idle, in autocommit) for the next call; closed if the engine was disposed
+        meanwhile."""
+        if self.engine.pool is self.pool:
+            self.connections.append(kept)
+        else:
+            self.discard(kept)
+
+    def discard(self, kept: _Kept) -> None:
+        _close(kept)
+        with self.lock:
+            self.alive -= 1
 
     def release(self) -> None:
-        """Close every kept connection."""
-        _close_all(self.connections)
+        """Close every kept connection idle now (those in use are closed as they come back,
+        when the engine was disposed)."""
+        while self.connections:
+            try:
+                kept = self.connections.pop()
+            except IndexError:
+                return
+            self.discard(kept)
 
 
 def _close(kept: _Kept) -> None:
@@ -353,9 +373,8 @@ class DriverConnection:
         kept, idle = self.kept, self.idle
         if exc is None:
             if kept is not None:
-                if not idle.keep(kept):  # type: ignore[union-attr]
-                    _close(kept)
-            elif idle is not None and idle.has_room():
+                idle.give_back(kept)  # type: ignore[union-attr]
+            elif idle is not None and idle.adopt():
                 self._keep_checked_out(idle)
             else:
                 self.fairy.close()
@@ -379,7 +398,7 @@ class DriverConnection:
             ) from exc
         finally:
             if kept is not None:  # no pool to hand it back to: closed, whatever the error
-                _close(kept)
+                idle.discard(kept)  # type: ignore[union-attr]
             else:
                 self.fairy.close()
 
@@ -389,8 +408,7 @@ class DriverConnection:
         since = record.starttime if record is not None else 0.0
         dbapi = fairy.dbapi_connection
         fairy.detach()  # the pool counts it no more, and will not close it
-        if not idle.keep(_Kept(dbapi, fairy.info, since)):
-            dbapi.close()
+        idle.give_back(_Kept(dbapi, fairy.info, since))
 
 
 def read_facts_by_driver(
