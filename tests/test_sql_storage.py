@@ -816,3 +816,21 @@ def test_a_forked_child_leaves_its_parents_kept_connection_alone(pg_url, scope):
         assert [f.content for f in store.load(**scope).facts] == ["kept"]
     finally:
         store.engine.dispose()
+
+
+def test_refused_saves_keep_the_driver_connection(store, scope):
+    """A statement the database refuses (a casefold duplicate) leaves the kept connection
+    between transactions: it serves the next calls, no new connection is made."""
+    store.save(MemoryDocument(facts=[Fact(content="Likes tea")]), **scope)
+    store.load(**scope)
+    connects: list[object] = []
+    event.listen(store.engine, "connect", lambda dbapi_connection, _record: connects.append(1))
+    for n in range(5):
+        doc = store.load(**scope)
+        doc.facts.append(Fact(content="LIKES TEA", id=f"twin-{n}"))
+        with pytest.raises(DuplicateFactError):
+            store.save(doc, **scope)
+    doc = store.load(**scope)
+    doc.facts.append(Fact(content="Likes coffee"))
+    assert store.save(doc, **scope) == 2
+    assert connects == []

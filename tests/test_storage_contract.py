@@ -121,6 +121,27 @@ def test_stale_save_raises_conflict_and_keeps_the_winner(storage, scope):
     assert loaded.version == 1
 
 
+def test_a_stale_save_that_changes_nothing_raises_conflict_too(storage, scope):
+    """An unchanged document writes nothing only while its version is still the stored one:
+    saved after another writer moved on (or, at version 0, onto a memory made since), it is
+    refused as any stale save is, however fast the backend's path for an unchanged save."""
+    doc = storage.load(**scope)
+    doc.facts.append(_fact("Likes green tea"))
+    storage.save(doc, **scope)
+    stale, winner = storage.load(**scope), storage.load(**scope)
+    winner.facts.append(_fact("Likes black coffee"))
+    assert storage.save(winner, **scope) == 2
+    with pytest.raises(VersionConflictError) as caught:
+        storage.save(stale, **scope)  # as loaded: nothing changed in it
+    assert (caught.value.expected, caught.value.actual) == (1, 2)
+    with pytest.raises(VersionConflictError):
+        storage.save(MemoryDocument(), **scope)  # version 0: "nothing stored yet"
+    assert [f.content for f in storage.load(**scope).facts] == [
+        "Likes green tea",
+        "Likes black coffee",
+    ]
+
+
 def test_conflict_when_expected_version_is_ahead(storage, scope):
     doc = storage.load(**scope)
     doc.facts.append(_fact("Something"))

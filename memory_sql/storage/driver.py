@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import operator
 import os
+import sqlite3
 import threading
 import time
 import weakref
@@ -26,6 +27,7 @@ from datetime import datetime, timezone
 from itertools import repeat
 from typing import Any
 
+import psycopg
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
@@ -232,10 +234,11 @@ class _Idle:
     def give_back(self, kept: _Kept) -> None:
         """``kept`` (idle, in autocommit) for the next call; closed if the engine was disposed
         meanwhile."""
-        if self.engine.pool is self.pool:
-            self.connections.append(kept)
-        else:
-            self.discard(kept)
+        with self.lock:  # not between release()'s pops: a dispose would miss it
+            if self.engine.pool is self.pool:
+                self.connections.append(kept)
+                return
+        self.discard(kept)
 
     def discard(self, kept: _Kept) -> None:
         _close(kept)
@@ -245,11 +248,11 @@ class _Idle:
     def release(self) -> None:
         """Close every kept connection idle now (those in use are closed as they come back,
         when the engine was disposed)."""
-        while self.connections:
-            try:
+        while True:
+            with self.lock:
+                if not self.connections:
+                    return
                 kept = self.connections.pop()
-            except IndexError:
-                return
             self.discard(kept)
 
 
@@ -382,6 +385,7 @@ class DriverConnection:
         dialect = self.engine.dialect
         driver_error: type[Exception] = dialect.loaded_dbapi.Error
         dbapi = kept.dbapi if kept is not None else self.fairy.dbapi_connection
+        dead = False
         try:
             if not isinstance(exc, driver_error):
                 return False
@@ -397,10 +401,12 @@ class DriverConnection:
                 None, None, exc, driver_error, connection_invalidated=dead, dialect=dialect
             ) from exc
         finally:
-            if kept is not None:  # no pool to hand it back to: closed, whatever the error
-                idle.discard(kept)  # type: ignore[union-attr]
-            else:
+            if kept is None:
                 self.fairy.close()
+            elif not dead and _between_transactions(dbapi):  # a refused statement, say
+                idle.give_back(kept)  # type: ignore[union-attr]
+            else:
+                idle.discard(kept)  # type: ignore[union-attr]
 
     def _keep_checked_out(self, idle: _Idle) -> None:
         fairy = self.fairy
@@ -409,6 +415,16 @@ class DriverConnection:
         dbapi = fairy.dbapi_connection
         fairy.detach()  # the pool counts it no more, and will not close it
         idle.give_back(_Kept(dbapi, fairy.info, since))
+
+
+def _between_transactions(dbapi: Any) -> bool:
+    """Whether a driver connection holds no transaction (so it may serve the next call)."""
+    try:
+        if isinstance(dbapi, sqlite3.Connection):
+            return not dbapi.in_transaction
+        return dbapi.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    except Exception:  # closed, or broken: not to be used again
+        return False
 
 
 def read_facts_by_driver(

@@ -734,8 +734,8 @@ class SQLStorage(MemoryStorage):
                 return None
             (_, created_at), base = entry  # type: ignore[misc]
         changes = diff_documents(base, doc, now)
-        if not changes:
-            return expected_version
+        if not changes:  # nothing to write, if the memory is still at that version
+            return expected_version if self._still_at(scope, expected_version, created_at) else None
         if not _writable_at_once(changes):
             return None
         new_version = expected_version + 1
@@ -777,8 +777,8 @@ class SQLStorage(MemoryStorage):
                 return None
             (_, created_at), base = entry  # type: ignore[misc]
         changes = diff_documents(base, doc, now)
-        if not changes:
-            return expected_version
+        if not changes:  # nothing to write, if the memory is still at that version
+            return expected_version if self._still_at(scope, expected_version, created_at) else None
         new_version = expected_version + 1
         dialect = self.engine.dialect
         claim = _CLAIM_NEW_SCOPE if expected_version == 0 else _CLAIM_VERSION
@@ -804,6 +804,25 @@ class SQLStorage(MemoryStorage):
         stored = apply_changes(base, changes, new_version, now)
         self._cache.put(scope, (new_version, created_at), stored)
         return new_version
+
+    def _still_at(self, scope: Scope, expected_version: int, created_at: datetime) -> bool:
+        """Whether the stored memory is at ``expected_version`` (past 0, the incarnation created
+        at ``created_at``), by one primary-key read; False when the driver cannot tell (the
+        transactional path then does, and reports)."""
+        if not self._unobserved():
+            return False
+        try:
+            with self._driver() as dbapi:
+                sql, fixed = self._head_sql
+                heads = dbapi.execute(sql, {**fixed, **_scope_params(scope)}).fetchall()
+            if expected_version == 0:
+                return not heads
+            return bool(heads) and (heads[0][0], *self._times(heads[0][1:2])) == (
+                expected_version,
+                created_at,
+            )
+        except Exception:
+            return False
 
     def _claim(
         self, conn: Connection, scope: Scope, expected_version: int, now: datetime
