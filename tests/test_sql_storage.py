@@ -15,6 +15,7 @@ from contextlib import ExitStack
 import pytest
 import sqlalchemy as sa
 from conftest import assert_no_checked_out_connections
+from pg_sessions import wait_until_session_ends
 from sqlalchemy import event
 
 from memory_sql import (
@@ -769,13 +770,7 @@ def test_an_engine_dropped_without_dispose_closes_its_kept_connection(pg_url, sc
     assert collected() is None
     admin = create_engine(pg_url)
     try:
-        deadline = time.monotonic() + 5
-        with admin.connect() as conn:
-            while conn.execute(
-                sa.text("SELECT count(*) FROM pg_stat_activity WHERE pid = :p"), {"p": pid}
-            ).scalar():
-                assert time.monotonic() < deadline, "the kept connection outlived its engine"
-                time.sleep(0.05)
+        wait_until_session_ends(admin, pid, "the connection kept by a collected engine")
     finally:
         admin.dispose()
 

@@ -691,13 +691,8 @@ class SQLStorage(MemoryStorage):
         in_transaction: Callable[[Connection], object] | None = None,
     ) -> int:
         now = utcnow()
-        if in_transaction is None:
-            if self._postgres:
-                saved = self._save_in_one_statement(scope, doc, expected_version, now)
-            elif self._unobserved():
-                saved = self._save_by_driver_on_sqlite(scope, doc, expected_version, now)
-            else:
-                saved = None
+        if in_transaction is None and (self._postgres or self._unobserved()):
+            saved = self._save_from_cache(scope, doc, expected_version, now)
             if saved is not None:
                 return saved
         with self._write_transaction(scope, doc) as conn:
@@ -714,96 +709,112 @@ class SQLStorage(MemoryStorage):
         self._cache.put(scope, (new_version, created_at), stored)
         return new_version
 
-    def _save_in_one_statement(
+    def _save_from_cache(
         self, scope: Scope, doc: MemoryDocument, expected_version: int, now: datetime
     ) -> int | None:
-        """PostgreSQL: the whole save as one statement (data-modifying CTEs, every write gated
-        on the version check), in autocommit: one round trip, atomic as any statement is.
-
-        Needs the stored document at ``expected_version`` from the cache (its creation time
-        goes into the check, so a scope deleted and made again never matches); returns None,
-        having written nothing, when the cache lacks it, the check fails, or the change needs
-        ordered writes (facts trading keys, a key freed and taken in one save): :meth:`_save`
-        then takes the transactional path, which reads the base in the transaction and tells a
-        real conflict from a stale cache entry."""
-        if expected_version == 0:
-            created_at, base = now, MemoryDocument()
-        else:
-            entry = self._cache.latest(scope)
-            if entry is None or entry[0][0] != expected_version:  # type: ignore[index]
-                return None
-            (_, created_at), base = entry  # type: ignore[misc]
+        """A save from the stored document at ``expected_version`` the cache holds (its
+        creation time goes into the version check, so a scope deleted and made again never
+        matches), its writes in one round trip on PostgreSQL, in one short transaction on
+        SQLite. Returns None, having written nothing, when the cache lacks the document, the
+        check fails or the change needs ordered writes on PostgreSQL: :meth:`_save` then takes
+        the transactional path, which reads the base in its transaction and tells a real
+        conflict from a stale cache entry."""
+        cached = self._cached_base(scope, expected_version, now)
+        if cached is None:
+            return None
+        created_at, base = cached
         changes = diff_documents(base, doc, now)
         if not changes:  # nothing to write, if the memory is still at that version
             return expected_version if self._still_at(scope, expected_version, created_at) else None
-        if not _writable_at_once(changes):
-            return None
         new_version = expected_version + 1
+        try:
+            if self._postgres:
+                written = self._write_in_one_statement(
+                    scope, changes, expected_version, created_at, now
+                )
+            else:
+                written = self._write_by_driver_on_sqlite(
+                    scope, changes, expected_version, created_at, now
+                )
+        except Exception:  # as memory_sql's errors (no context manager on the way in)
+            with self._errors(scope, doc):
+                raise
+        if not written:
+            return None
+        stored = apply_changes(base, changes, new_version, now)
+        self._cache.put(scope, (new_version, created_at), stored)
+        return new_version
+
+    def _write_in_one_statement(
+        self,
+        scope: Scope,
+        changes: Changes,
+        expected_version: int,
+        created_at: datetime,
+        now: datetime,
+    ) -> bool:
+        """PostgreSQL: the save as one statement (data-modifying CTEs, every write gated on the
+        version check), in autocommit: one round trip, atomic as any statement is. False,
+        having written nothing, when the check fails or the change needs ordered writes (facts
+        trading keys, a key freed and taken in one save)."""
+        if not _writable_at_once(changes):
+            return False
         parameters, writes = _one_statement_parameters(
             scope, changes, expected_version, created_at, now
         )
         statement = _one_statement_sql(expected_version == 0, writes)
-        try:
-            if self._unobserved():
-                with self._driver(raising=True) as dbapi:
-                    won = dbapi.execute(statement, parameters).fetchall()
-            else:
-                with self._reader() as conn:
-                    won = conn.exec_driver_sql(statement, parameters).all()
-        except Exception:  # as memory_sql's errors (no context manager on the way in)
-            with self._errors(scope, doc):
-                raise
+        if self._unobserved():
+            with self._driver(raising=True) as dbapi:
+                won = dbapi.execute(statement, parameters).fetchall()
+        else:
+            with self._reader() as conn:
+                won = conn.exec_driver_sql(statement, parameters).all()
         if not won:  # another version, or another scope's incarnation: nothing written
             self._cache.drop(scope)
-            return None  # the transactional path tells a conflict from a stale cache entry
-        stored = apply_changes(base, changes, new_version, now)
-        self._cache.put(scope, (new_version, created_at), stored)
-        return new_version
+        return bool(won)
 
-    def _save_by_driver_on_sqlite(
-        self, scope: Scope, doc: MemoryDocument, expected_version: int, now: datetime
-    ) -> int | None:
+    def _write_by_driver_on_sqlite(
+        self,
+        scope: Scope,
+        changes: Changes,
+        expected_version: int,
+        created_at: datetime,
+        now: datetime,
+    ) -> bool:
         """SQLite: the save's transaction on the driver itself (``BEGIN IMMEDIATE``, the version
-        claimed, the writes of :func:`_write_plan`, ``COMMIT``), from the stored document at
-        ``expected_version`` in the cache. Returns None, having written nothing, when the cache
-        lacks it or the claim fails (another version, or the scope made again): :meth:`_save`
-        then takes SQLAlchemy's path, which reads the base in its transaction and tells a
-        conflict from a stale cache entry."""
-        if expected_version == 0:
-            created_at, base = now, MemoryDocument()
-        else:
-            entry = self._cache.latest(scope)
-            if entry is None or entry[0][0] != expected_version:  # type: ignore[index]
-                return None
-            (_, created_at), base = entry  # type: ignore[misc]
-        changes = diff_documents(base, doc, now)
-        if not changes:  # nothing to write, if the memory is still at that version
-            return expected_version if self._still_at(scope, expected_version, created_at) else None
-        new_version = expected_version + 1
+        claimed, the rows of :func:`_write_plan`, ``COMMIT``). False, having written nothing,
+        when the claim fails (another version, or the scope made again)."""
         dialect = self.engine.dialect
         claim = _CLAIM_NEW_SCOPE if expected_version == 0 else _CLAIM_VERSION
         where = {**_scope_params(scope), "now": now}
         where.update(expected=expected_version, created_at=created_at)
-        try:
-            with self._driver(raising=True) as dbapi:
-                dbapi.execute("BEGIN IMMEDIATE")
-                try:
-                    if not driver_write(claim, dialect).run(dbapi, [where]).fetchall():
-                        dbapi.execute("ROLLBACK")
-                        return None
-                    for statement, rows in _write_plan(scope, changes, new_version, now):
-                        driver_write(statement, dialect).run(dbapi, rows)
-                    dbapi.execute("COMMIT")
-                except BaseException:
-                    with suppress(Exception):
-                        dbapi.execute("ROLLBACK")
-                    raise
-        except Exception:  # as memory_sql's errors (no context manager on the way in)
-            with self._errors(scope, doc):
+        with self._driver(raising=True) as dbapi:
+            dbapi.execute("BEGIN IMMEDIATE")
+            try:
+                if not driver_write(claim, dialect).run(dbapi, [where]).fetchall():
+                    dbapi.execute("ROLLBACK")
+                    return False
+                for statement, rows in _write_plan(scope, changes, expected_version + 1, now):
+                    driver_write(statement, dialect).run(dbapi, rows)
+                dbapi.execute("COMMIT")
+            except BaseException:
+                with suppress(Exception):
+                    dbapi.execute("ROLLBACK")
                 raise
-        stored = apply_changes(base, changes, new_version, now)
-        self._cache.put(scope, (new_version, created_at), stored)
-        return new_version
+        return True
+
+    def _cached_base(
+        self, scope: Scope, expected_version: int, now: datetime
+    ) -> tuple[datetime, MemoryDocument] | None:
+        """The scope's creation time and its document as stored at ``expected_version``, from
+        the cache (at version 0: a memory made ``now``); None when the cache lacks it."""
+        if expected_version == 0:
+            return now, MemoryDocument()
+        entry = self._cache.latest(scope)
+        if entry is None or entry[0][0] != expected_version:  # type: ignore[index]
+            return None
+        (_, created_at), base = entry  # type: ignore[misc]
+        return created_at, base
 
     def _still_at(self, scope: Scope, expected_version: int, created_at: datetime) -> bool:
         """Whether the stored memory is at ``expected_version`` (past 0, the incarnation created

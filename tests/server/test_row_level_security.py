@@ -27,6 +27,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 from llm_server import LABELS, ScriptedLLM, update_reply
+from pg_sessions import wait_until_session_ends
 from sqlalchemy.engine import URL, Engine, make_url
 
 from memory_sql import admin, migrations
@@ -397,13 +398,7 @@ def test_a_connection_the_driver_keeps_idle_is_set_to_each_tenant_acted_for(
     assert (as_a, as_b, outside, again_a) == (facts_of["A"], facts_of["B"], [], facts_of["A"])
     assert kept == 0  # kept between the calls, detached: the pool counts it no more
     assert first == second == third == fourth
-    deadline = time.monotonic() + 5
-    with owner_engine.connect() as conn:
-        while conn.execute(
-            sa.text("SELECT count(*) FROM pg_stat_activity WHERE pid = :p"), {"p": first}
-        ).scalar():
-            assert time.monotonic() < deadline, "the kept connection outlived dispose()"
-            time.sleep(0.05)
+    wait_until_session_ends(owner_engine, first, "the connection kept past dispose()")
 
 
 def test_the_running_service_state_sees_only_the_tenant_it_acts_for(
