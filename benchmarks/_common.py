@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import os
 import statistics
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
@@ -61,6 +62,40 @@ def _read(path: str) -> str | None:
             return file.read().strip()
     except OSError:
         return None
+
+
+def released_together(work: Callable[[int], Callable[[], object]], threads: int) -> float:
+    """Seconds for ``threads`` threads to finish; ``work(t)`` prepares thread ``t`` (untimed,
+    warm-up included) and returns what it then runs, all threads released together. The
+    first exception of any thread is raised once all have ended."""
+    ready = threading.Barrier(threads + 1)
+    errors: list[BaseException] = []
+
+    def thread(t: int) -> None:
+        try:
+            run = work(t)
+        except BaseException as exc:
+            errors.append(exc)
+            ready.abort()
+            return
+        try:
+            ready.wait()
+            run()
+        except BaseException as exc:
+            errors.append(exc)
+
+    pool = [threading.Thread(target=thread, args=(t,), daemon=True) for t in range(threads)]
+    for t in pool:
+        t.start()
+    with suppress(threading.BrokenBarrierError):
+        ready.wait()
+    start = time.perf_counter()
+    for t in pool:
+        t.join()
+    elapsed = time.perf_counter() - start
+    if errors:
+        raise errors[0]
+    return elapsed
 
 
 def fmt(seconds: float) -> str:

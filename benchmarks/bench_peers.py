@@ -37,7 +37,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from contextlib import ExitStack, suppress
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -45,13 +45,22 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import fmt, libpq_url, percentile, scratch_postgres, steady_cpus, time_calls
+from _common import (
+    fmt,
+    libpq_url,
+    percentile,
+    released_together,
+    scratch_postgres,
+    steady_cpus,
+    time_calls,
+)
 
 import memory_sql
 from memory_sql import Fact, MemoryDocument, VersionConflictError, migrations
 from memory_sql.admin import search_facts
 from memory_sql.database import create_engine
 from memory_sql.models import fact_digest
+from memory_sql.scope import Scope
 from memory_sql.storage import SQLStorage, open_storage
 
 try:
@@ -132,38 +141,9 @@ def interleaved(
 
 
 def threaded(work: Callable[[int], Callable[[], None]], threads: int = THREADS) -> float:
-    """Seconds for ``threads`` threads to finish; ``work(t)`` prepares thread ``t`` (untimed,
-    warm-up included) and returns what it then runs, all threads released together."""
+    """:func:`_common.released_together` after a :func:`settle`."""
     settle()
-    ready = threading.Barrier(threads + 1)
-    errors: list[BaseException] = []
-
-    def thread(t: int) -> None:
-        try:
-            run = work(t)
-        except BaseException as exc:
-            errors.append(exc)
-            ready.abort()
-            raise
-        try:
-            ready.wait()
-            run()
-        except BaseException as exc:
-            errors.append(exc)
-            raise
-
-    pool = [threading.Thread(target=thread, args=(t,)) for t in range(threads)]
-    for t in pool:
-        t.start()
-    with suppress(threading.BrokenBarrierError):
-        ready.wait()
-    start = time.perf_counter()
-    for t in pool:
-        t.join()
-    elapsed = time.perf_counter() - start
-    if errors:
-        raise errors[0]
-    return elapsed
+    return released_together(work, threads)
 
 
 # data ------------------------------------------------------------------------------------------
@@ -478,6 +458,12 @@ def single_thread_rows(store: SQLStorage, lg: Any, floor: Floor, facts: Facts) -
     cached = interleaved({MEMORY_SQL: load, LANGGRAPH: lg_all, FLOOR: floor.pk}, number=400)
     rows.append(("load unchanged memory (cached)", cached))
     rows.append(("  floor: SELECT 1", interleaved({FLOOR: floor.one}, number=400)))
+    # What a cached load must copy whatever the database: the document handed out shares
+    # nothing with the cache (its clone).
+    (_, kept) = store._cache.latest(Scope.of(user_id=USER, agent_name=AGENT))
+    rows.append(
+        ("  of which the copy handed out", interleaved({MEMORY_SQL: kept.clone}, number=400))
+    )
 
     clear = store._cache.clear
     cold = interleaved(

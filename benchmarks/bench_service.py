@@ -48,7 +48,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager, suppress
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,7 +58,7 @@ from sqlalchemy.engine import make_url
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from _common import PG_URL, fmt, percentile, scratch_postgres
+from _common import PG_URL, fmt, percentile, released_together, scratch_postgres
 
 from memory_sql import Fact, MemoryConfig, MemoryDocument, MemoryService, migrations
 from memory_sql.database import create_engine
@@ -360,41 +360,29 @@ def one_round(side: Side, operation: str, clients: int, requests: int) -> tuple[
     """``requests`` requests (at least 4 per client) from ``clients`` threads released
     together; (requests/s, the latency of each)."""
     per = max(4, -(-requests // clients))
-    ready = threading.Barrier(clients + 1)
     latencies: list[list[float]] = [[] for _ in range(clients)]
-    failures: list[BaseException] = []
 
-    def thread(t: int) -> None:
+    def work(t: int) -> Callable[[], None]:
+        run, close = side.worker(operation)
         try:
-            run, close = side.worker(operation)
             run()  # a warm-up request: the connection is open before the clock starts
-        except BaseException as exc:
-            failures.append(exc)
-            ready.abort()
-            return
-        try:
-            ready.wait()
-            mine = latencies[t]
-            for _ in range(per):
-                start = time.perf_counter()
-                run()
-                mine.append(time.perf_counter() - start)
-        except BaseException as exc:
-            failures.append(exc)
-        finally:
+        except BaseException:
             close()
+            raise
 
-    pool = [threading.Thread(target=thread, args=(t,), daemon=True) for t in range(clients)]
-    for t in pool:
-        t.start()
-    with suppress(threading.BrokenBarrierError):
-        ready.wait()
-    start = time.perf_counter()
-    for t in pool:
-        t.join()
-    elapsed = time.perf_counter() - start
-    if failures:
-        raise failures[0]
+        def timed() -> None:
+            mine = latencies[t]
+            try:
+                for _ in range(per):
+                    start = time.perf_counter()
+                    run()
+                    mine.append(time.perf_counter() - start)
+            finally:
+                close()
+
+        return timed
+
+    elapsed = released_together(work, clients)
     flat = [x for mine in latencies for x in mine]
     return len(flat) / elapsed, flat
 

@@ -372,9 +372,7 @@ def update_fact(
 def _as_stored(storage: MemoryStorage, scope: Scope, fact: Fact) -> Fact:
     """``fact`` as its save stored it (with the ``updated_at`` the save gave it): one load,
     from the cache after the save; ``fact`` itself if another writer removed it since."""
-    doc = storage.load(
-        user_id=scope.user_id, agent_name=scope.agent_name, tenant_id=scope.tenant_id
-    )
+    doc = storage.load(**scope.arguments())
     return next((stored for stored in doc.facts if stored.id == fact.id), fact)
 
 

@@ -100,6 +100,11 @@ class Scope:
             ).lower()
         return cls(tenant, user, agent)
 
+    def arguments(self) -> dict[str, str | None]:
+        """This scope as the keyword arguments that name a memory in the public API
+        (``storage.load(**scope.arguments())``)."""
+        return {"user_id": self.user_id, "agent_name": self.agent_name, "tenant_id": self.tenant_id}
+
     @property
     def agent_key(self) -> str:
         """``agent_name`` as stored: the empty string stands for no agent."""

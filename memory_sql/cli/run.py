@@ -372,9 +372,7 @@ def _finish(
         done = updates - len(left)
         out.print(f"updated: {done} of {plural(updates, 'memory update')} done", highlight=False)
         for scope in sorted({scope for scope, _ in keys}, key=str)[:10]:
-            doc = service.storage.load(
-                user_id=scope.user_id, agent_name=scope.agent_name, tenant_id=scope.tenant_id
-            )
+            doc = service.storage.load(**scope.arguments())
             out.print(
                 f"  {lit(scope)}: {plural(len(doc.facts), 'fact')}, version {doc.version}",
                 highlight=False,

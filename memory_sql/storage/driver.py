@@ -41,12 +41,17 @@ class DriverFallback(Exception):
     """The driver's fast path could not answer; SQLAlchemy's path does the work instead."""
 
 
-def driver_statement(statement: sa.Executable, dialect: sa.Dialect) -> tuple[str, dict]:
-    """``statement`` compiled once for the driver itself: its text, with named parameters
-    (``%(name)s`` for psycopg, ``:name`` for sqlite3), and its fixed parameters."""
+def _compiled(statement: sa.Executable, dialect: sa.Dialect) -> Any:
+    """``statement`` compiled for the driver itself: named parameters (``%(name)s`` for
+    psycopg, ``:name`` for sqlite3)."""
     if dialect.name == "sqlite":
         dialect = type(dialect)(paramstyle="named")
-    compiled = statement.compile(dialect=dialect)
+    return statement.compile(dialect=dialect)
+
+
+def driver_statement(statement: sa.Executable, dialect: sa.Dialect) -> tuple[str, dict]:
+    """``statement`` compiled once for the driver itself: its text and its fixed parameters."""
+    compiled = _compiled(statement, dialect)
     return compiled.string, dict(compiled.params)
 
 
@@ -58,8 +63,7 @@ class DriverWrite:
     __slots__ = ("fixed", "processors", "sql")
 
     def __init__(self, statement: sa.Executable, dialect: sa.Dialect) -> None:
-        named = type(dialect)(paramstyle="named") if dialect.name == "sqlite" else dialect
-        compiled = statement.compile(dialect=named)
+        compiled = _compiled(statement, dialect)
         self.sql = compiled.string
         self.fixed = dict(compiled.params)
         # Each type as this dialect implements it (UTCDateTime over SQLite's DATETIME, which

@@ -118,9 +118,9 @@ def _scope_values(scope: Scope) -> dict[str, str]:
     return {"tenant_id": scope.tenant_id, "user_id": scope.user_id, "agent_name": scope.agent_key}
 
 
-def _fact_row(scope: Scope, fact: Fact) -> dict[str, Any]:
+def _fact_columns(fact: Fact) -> dict[str, Any]:
+    """A fact's values by the names of the ``memory_facts`` columns that hold them."""
     return {
-        **_scope_values(scope),
         "fact_id": fact.id,
         "content": fact.content,
         "content_key": fact_digest(fact.content),
@@ -131,6 +131,10 @@ def _fact_row(scope: Scope, fact: Fact) -> dict[str, Any]:
         "created_at": fact.created_at,
         "updated_at": fact.updated_at,
     }
+
+
+def _fact_row(scope: Scope, fact: Fact) -> dict[str, Any]:
+    return {**_scope_values(scope), **_fact_columns(fact)}
 
 
 _UPDATED_COLUMNS = (
@@ -309,41 +313,23 @@ def _iso(moment: datetime | None) -> str | None:
     return None if moment is None else moment.isoformat()
 
 
-def _one_fact(prefix: str, fact: Fact, **more: Any) -> dict[str, Any]:
-    """The parameters of a save's lone fact row, named ``<prefix>_<column>``."""
-    return {
-        f"{prefix}_fact_id": fact.id,
-        f"{prefix}_content": fact.content,
-        f"{prefix}_content_key": fact_digest(fact.content),
-        f"{prefix}_category": fact.category,
-        f"{prefix}_confidence": fact.confidence,
-        f"{prefix}_source_thread_id": fact.source_thread_id,
-        f"{prefix}_source_error": fact.source_error,
-        f"{prefix}_updated_at": fact.updated_at,
-        **more,
-    }
+def _one_fact(prefix: str, fact: Fact, *, created: bool) -> dict[str, Any]:
+    """The parameters of a save's lone fact row, named ``<prefix>_<column>`` (its creation
+    time only if ``created``: an update keeps the stored one)."""
+    columns = _fact_columns(fact)
+    if not created:
+        del columns["created_at"]
+    return {f"{prefix}_{name}": value for name, value in columns.items()}
 
 
 def _fact_records(facts: list[Fact]) -> str | None:
     """``facts`` as the JSON rows of the one-statement save (None: no rows)."""
     if not facts:
         return None
-    return _json(
-        [
-            {
-                "fact_id": f.id,
-                "content": f.content,
-                "content_key": fact_digest(f.content),
-                "category": f.category,
-                "confidence": f.confidence,
-                "source_thread_id": f.source_thread_id,
-                "source_error": f.source_error,
-                "created_at": _iso(f.created_at),
-                "updated_at": _iso(f.updated_at),
-            }
-            for f in facts
-        ]
-    )
+    rows = list(map(_fact_columns, facts))
+    for row in rows:
+        row["created_at"], row["updated_at"] = _iso(row["created_at"]), _iso(row["updated_at"])
+    return _json(rows)
 
 
 # Compact, and exact for every float (repr, which PostgreSQL's float8 input reads back as the
@@ -371,7 +357,7 @@ def _one_statement_parameters(
         writes.append("deleted")
     updated, inserted = changes.updated, changes.inserted
     if len(updated) == 1:
-        parameters.update(_one_fact("u", updated[0]))
+        parameters.update(_one_fact("u", updated[0], created=False))
         writes.append("updated_one")
     elif updated:
         parameters["updated"] = _fact_records(updated)
@@ -380,7 +366,7 @@ def _one_statement_parameters(
         parameters["updated_ids"] = [f.id for f in updated]
         writes.append("updated")
     if len(inserted) == 1:
-        parameters.update(_one_fact("i", inserted[0], i_created_at=inserted[0].created_at))
+        parameters.update(_one_fact("i", inserted[0], created=True))
         writes.append("inserted_one")
     elif inserted:
         parameters["inserted"] = _fact_records(inserted)
@@ -628,27 +614,33 @@ class SQLStorage(MemoryStorage):
         """:meth:`_load` through the driver itself, the same statements without SQLAlchemy's
         per-call work (which is most of a cached load's time). Raises :class:`DriverFallback` on
         any error, having changed nothing: SQLAlchemy's path then reads, and reports."""
-        times = self._times
         with self._driver() as dbapi:
-            if entry is not None:  # one primary-key read tells whether it is still current
-                sql, fixed = self._head_sql
-                heads = dbapi.execute(sql, {**fixed, **_scope_params(scope)}).fetchall()
-                try:
-                    current = bool(heads) and (heads[0][0], *times(heads[0][1:2])) == entry[0]
-                except (ValueError, TypeError, AttributeError) as exc:
-                    raise DriverFallback from exc
-                if current:
-                    return entry[1].clone()
+            # one primary-key read tells whether the cached document is still current
+            if entry is not None and self._stored_stamp(dbapi, scope) == entry[0]:
+                return entry[1].clone()
             sql, fixed = self._document_sql
             rows = dbapi.execute(sql, {**fixed, **_scope_params(scope)}).fetchall()
             # UTC sessions (memory_sql's engines set it) give UTC datetimes as they are;
             # another zone's need converting, as SQLite's text always does.
             utc = self._postgres and dbapi.info.timezone is timezone.utc
         try:
-            loaded = _document(rows, None if utc else times)
+            loaded = _document(rows, None if utc else self._times)
         except (ValueError, TypeError, AttributeError, IndexError) as exc:
             raise DriverFallback from exc
         return self._loaded(scope, loaded)
+
+    def _stored_stamp(self, dbapi: Any, scope: Scope) -> tuple[int, datetime] | None:
+        """The cache stamp (version, creation time) of the stored memory, read on the driver
+        connection ``dbapi``; None when nothing is stored. :class:`DriverFallback` on a row
+        it cannot read."""
+        sql, fixed = self._head_sql
+        heads = dbapi.execute(sql, {**fixed, **_scope_params(scope)}).fetchall()
+        if not heads:
+            return None
+        try:
+            return heads[0][0], self._times(heads[0][1:2])[0]
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise DriverFallback from exc
 
     def _read_rows(
         self, conn: Connection, scope: Scope, version: int, last_updated: Any
@@ -824,16 +816,10 @@ class SQLStorage(MemoryStorage):
             return False
         try:
             with self._driver() as dbapi:
-                sql, fixed = self._head_sql
-                heads = dbapi.execute(sql, {**fixed, **_scope_params(scope)}).fetchall()
-            if expected_version == 0:
-                return not heads
-            return bool(heads) and (heads[0][0], *self._times(heads[0][1:2])) == (
-                expected_version,
-                created_at,
-            )
+                stamp = self._stored_stamp(dbapi, scope)
         except Exception:
             return False
+        return stamp == (None if expected_version == 0 else (expected_version, created_at))
 
     def _claim(
         self, conn: Connection, scope: Scope, expected_version: int, now: datetime

@@ -442,9 +442,7 @@ class SQLMemoryManager(MemoryManager):
             admin.import_memory(
                 self._storage,
                 memory_data,
-                user_id=scope.user_id,
-                agent_name=scope.agent_name,
-                tenant_id=scope.tenant_id,
+                **scope.arguments(),
                 source="memory_data",
             )
         return self.get_memory(user_id=user_id, agent_name=agent_name)
@@ -651,9 +649,7 @@ class SQLMemoryManager(MemoryManager):
 
     def _load(self, user_id: str | None, agent_name: str | None) -> MemoryDocument:
         scope = self._scope(user_id, agent_name)
-        return self._storage.load(
-            user_id=scope.user_id, agent_name=scope.agent_name, tenant_id=scope.tenant_id
-        )
+        return self._storage.load(**scope.arguments())
 
     def _change(self, scope: Scope, change: Callable[[MemoryDocument], None]) -> MemoryDocument:
         """Load, ``change``, save with the version loaded; again on a version conflict, up

@@ -98,9 +98,7 @@ def create_fact(
             category=body.category,
             confidence=body.confidence,
             source_thread_id=body.source_thread_id,
-            user_id=scope.user_id,
-            agent_name=scope.agent_name,
-            tenant_id=scope.tenant_id,
+            **scope.arguments(),
             expected_version=version,
         )
     return _answer(change, scope, status=201)
@@ -126,9 +124,7 @@ def patch_fact(
         change = admin.update_fact(
             state.storage,
             fact_id,
-            user_id=scope.user_id,
-            agent_name=scope.agent_name,
-            tenant_id=scope.tenant_id,
+            **scope.arguments(),
             expected_version=version,
             **changes,
         )
@@ -149,9 +145,7 @@ def delete_fact(
         change = admin.remove_fact(
             state.storage,
             fact_id,
-            user_id=scope.user_id,
-            agent_name=scope.agent_name,
-            tenant_id=scope.tenant_id,
+            **scope.arguments(),
             expected_version=version,
         )
     return _answer(change, scope)

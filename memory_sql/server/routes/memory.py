@@ -73,9 +73,7 @@ def put_memory(
         before, after = admin.import_memory(
             state.storage,
             memory,
-            user_id=scope.user_id,
-            agent_name=scope.agent_name,
-            tenant_id=scope.tenant_id,
+            **scope.arguments(),
             source="request body",
             expected_version=version,
         )
