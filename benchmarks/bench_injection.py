@@ -18,8 +18,8 @@ import random
 import statistics
 import time
 
-from memory_sql.injection import TokenCountCache, format_memory_for_injection
 from memory_sql.models import Fact, MemoryDocument
+from memory_sql.recall.injection import TokenCountCache, format_memory_for_injection
 from memory_sql.tokens import EstimateCounter, TokenCounter, make_token_counter
 
 ROUNDS = 41

@@ -22,12 +22,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import memory_sql.intake
+import memory_sql.intake.filter
 from memory_sql import MemoryConfig, MemoryService
-from memory_sql.intake import filter_messages_for_memory
-from memory_sql.messages import MAX_MESSAGE_CHARS
+from memory_sql.intake.filter import filter_messages_for_memory
+from memory_sql.intake.messages import MAX_MESSAGE_CHARS
+from memory_sql.intake.signals import detect_correction, detect_reinforcement
 from memory_sql.pattern_files import load_patterns
-from memory_sql.signals import detect_correction, detect_reinforcement
 
 USER_TEXTS = [
     "Can you help me refactor the billing module? I prefer small pure functions.",
@@ -147,11 +147,13 @@ def long_message() -> None:
             t_long = median_seconds(lambda: hook(long_chat), repeat=5, rounds=5)
             t_short = median_seconds(lambda: hook(short_chat), repeat=20, rounds=5)
     t_cut = median_seconds(lambda: intake(long_chat), repeat=5, rounds=5)
-    memory_sql.intake.MAX_MESSAGE_CHARS = 10**12  # the cut switched off, as intake was before
+    memory_sql.intake.filter.MAX_MESSAGE_CHARS = (
+        10**12
+    )  # the cut switched off, as intake was before
     try:
         t_uncut = median_seconds(lambda: intake(long_chat), repeat=1, rounds=3)
     finally:
-        memory_sql.intake.MAX_MESSAGE_CHARS = MAX_MESSAGE_CHARS
+        memory_sql.intake.filter.MAX_MESSAGE_CHARS = MAX_MESSAGE_CHARS
     print(f"\none {len(paste) / 1e6:.0f} MB message (cut at intake to {MAX_MESSAGE_CHARS} chars):")
     print(f"after_agent, 5 MB message       : {t_long * 1e3:9.2f} ms")
     print(f"after_agent, 1 kB message       : {t_short * 1e3:9.2f} ms")

@@ -23,11 +23,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from memory_sql.intake import filter_messages_for_memory
+from memory_sql.intake.filter import filter_messages_for_memory
 from memory_sql.models import Fact, MemoryDocument
-from memory_sql.prompt import build_update_prompt
 from memory_sql.tokens import make_token_counter
-from memory_sql.watermark import Mark, message_key, split
+from memory_sql.update.prompt import build_update_prompt
+from memory_sql.update.watermark import Mark, message_key, split
 
 GOAL = 0.35
 EN_WORDS = [

@@ -57,9 +57,9 @@ from _common import (
 
 import memory_sql
 from memory_sql import Fact, MemoryDocument, VersionConflictError, migrations
-from memory_sql.admin import search_facts
 from memory_sql.database import create_engine
 from memory_sql.models import fact_digest
+from memory_sql.ops.admin import search_facts
 from memory_sql.scope import Scope
 from memory_sql.storage import SQLStorage, open_storage
 

@@ -27,11 +27,11 @@ from _common import fmt, scratch_postgres
 
 from memory_sql import migrations
 from memory_sql.database import create_engine
-from memory_sql.messages import Message
+from memory_sql.intake.messages import Message
+from memory_sql.intake.signals import Signals
 from memory_sql.queue import UpdateQueue
 from memory_sql.schema import memory_pending_updates as pending
 from memory_sql.scope import Scope
-from memory_sql.signals import Signals
 
 T0 = datetime(2026, 11, 29, 9, 0, tzinfo=timezone.utc)
 CONVERSATION = [Message("user", "I prefer short answers. " * 20), Message("assistant", "OK " * 50)]

@@ -27,17 +27,17 @@ from _common import fmt, median_seconds
 from memory_sql import migrations
 from memory_sql.config import MemoryConfig
 from memory_sql.database import create_engine
-from memory_sql.intake import filter_messages_for_memory
+from memory_sql.intake.filter import filter_messages_for_memory
 from memory_sql.models import (
     Fact,
     MemoryDocument,
     utcnow,
 )
-from memory_sql.prompt import build_update_prompt, format_memory
 from memory_sql.storage import open_storage
 from memory_sql.tokens import make_token_counter
-from memory_sql.update_parser import parse_update
-from memory_sql.updater import apply_update
+from memory_sql.update.parser import parse_update
+from memory_sql.update.prompt import build_update_prompt, format_memory
+from memory_sql.update.updater import apply_update
 
 WORDS = [
     "prefers",

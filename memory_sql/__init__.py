@@ -19,13 +19,15 @@ from .errors import SchemaOutOfDateError as SchemaOutOfDateError
 from .errors import StorageError as StorageError
 from .errors import UpdateNotFoundError as UpdateNotFoundError
 from .errors import VersionConflictError as VersionConflictError
-from .injection import format_memory_for_injection as format_memory_for_injection
-from .injection import render_memory_block as render_memory_block
-from .intake import filter_messages_for_memory as filter_messages_for_memory
-from .intake import has_minimum_dialogue as has_minimum_dialogue
-from .llm import LLMClient as LLMClient
-from .messages import Message as Message
-from .messages import normalize_messages as normalize_messages
+from .intake.filter import filter_messages_for_memory as filter_messages_for_memory
+from .intake.filter import has_minimum_dialogue as has_minimum_dialogue
+from .intake.messages import Message as Message
+from .intake.messages import normalize_messages as normalize_messages
+from .intake.signals import Signals as Signals
+from .intake.signals import detect_correction as detect_correction
+from .intake.signals import detect_reinforcement as detect_reinforcement
+from .intake.signals import detect_signals as detect_signals
+from .intake.uploads import strip_upload_mentions as strip_upload_mentions
 from .migrations import upgrade as upgrade
 from .models import Fact as Fact
 from .models import History as History
@@ -36,21 +38,19 @@ from .models import fact_key as fact_key
 from .queue import QueueChange as QueueChange
 from .queue import QueuedUpdate as QueuedUpdate
 from .queue import UpdateKey as UpdateKey
+from .recall.injection import format_memory_for_injection as format_memory_for_injection
+from .recall.injection import render_memory_block as render_memory_block
 from .scope import Scope as Scope
 from .service import MemoryService as MemoryService
-from .signals import Signals as Signals
-from .signals import detect_correction as detect_correction
-from .signals import detect_reinforcement as detect_reinforcement
-from .signals import detect_signals as detect_signals
 from .storage import MemoryStorage as MemoryStorage
 from .storage import open_storage as open_storage
 from .tokens import TokenCounter as TokenCounter
 from .tokens import make_token_counter as make_token_counter
-from .update_parser import MemoryUpdate as MemoryUpdate
-from .update_parser import parse_update as parse_update
-from .updater import MemoryUpdater as MemoryUpdater
-from .updater import UpdateResult as UpdateResult
-from .uploads import strip_upload_mentions as strip_upload_mentions
+from .update.llm import LLMClient as LLMClient
+from .update.parser import MemoryUpdate as MemoryUpdate
+from .update.parser import parse_update as parse_update
+from .update.updater import MemoryUpdater as MemoryUpdater
+from .update.updater import UpdateResult as UpdateResult
 
 __all__ = [
     "ConfigError",

@@ -30,25 +30,26 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from . import migrations, watermark
+from . import migrations
 from .config import MemoryConfig
 from .database import check_writable, create_engine
 from .errors import LeaseLostError
-from .injection import render_memory_block
-from .intake import filter_messages_for_memory, has_minimum_dialogue
-from .llm import LLMClient
+from .intake.filter import filter_messages_for_memory, has_minimum_dialogue
+from .intake.signals import detect_signals
 from .models import MemoryDocument, utcnow
 from .pattern_files import load_patterns
-from .prompt import split_conversation
 from .queue import PendingUpdate, RunOutcome, Spool, UpdateQueue, UpdateWorker, manage
 from .queue.manage import QueueChange, QueuedUpdate, UpdateKey
+from .recall.injection import render_memory_block
 from .scope import Scope, check_thread_id
-from .signals import detect_signals
 from .storage import FileStorage, MemoryStorage, SQLStorage, load_storage_class
 from .tenancy import acting_for
 from .tokens import make_token_counter
-from .update_parser import MemoryUpdate
-from .updater import MemoryUpdater, UpdateResult
+from .update import watermark
+from .update.llm import LLMClient
+from .update.parser import MemoryUpdate
+from .update.prompt import split_conversation
+from .update.updater import MemoryUpdater, UpdateResult
 
 logger = logging.getLogger(__name__)
 

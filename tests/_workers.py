@@ -35,7 +35,7 @@ def run_memory_update(target, scope, settings, thread_id, text, start, results) 
     from dataclasses import asdict
 
     from memory_sql.config import MemoryConfig
-    from memory_sql.updater import MemoryUpdater
+    from memory_sql.update.updater import MemoryUpdater
 
     store = open_storage(target)
     updater = MemoryUpdater(MemoryConfig(**settings), store)

@@ -11,8 +11,10 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from memory_sql import Fact, ImportFileError, StorageError, admin, migrations, open_storage
-from memory_sql.admin import (
+from memory_sql import Fact, ImportFileError, StorageError, migrations, open_storage
+from memory_sql.database import create_engine
+from memory_sql.ops import admin
+from memory_sql.ops.admin import (
     export_jsonl,
     forget_user,
     import_jsonl,
@@ -20,7 +22,6 @@ from memory_sql.admin import (
     read_jsonl,
     search_facts,
 )
-from memory_sql.database import create_engine
 from memory_sql.storage import driver as storage_driver
 
 VIEWS = {

@@ -5,13 +5,13 @@ from datetime import date
 
 import pytest
 
-from memory_sql.injection import (
+from memory_sql.models import Fact, MemoryDocument
+from memory_sql.recall.injection import (
     TRUNCATION_MARKER,
     TokenCountCache,
     format_memory_for_injection,
     render_memory_block,
 )
-from memory_sql.models import Fact, MemoryDocument
 from memory_sql.tokens import EstimateCounter, TokenCounter, make_token_counter
 
 COUNTERS = {"tiktoken": make_token_counter(), "estimate": EstimateCounter()}

@@ -10,10 +10,10 @@ import sqlalchemy as sa
 
 import memory_sql.service
 from memory_sql import MemoryConfig, MemoryService, filter_messages_for_memory
-from memory_sql.messages import MAX_MESSAGE_CHARS, Message, shorten
-from memory_sql.prompt import format_conversation
+from memory_sql.intake.messages import MAX_MESSAGE_CHARS, Message, shorten
+from memory_sql.intake.signals import detect_signals
 from memory_sql.schema import memory_pending_updates as pending
-from memory_sql.signals import detect_signals
+from memory_sql.update.prompt import format_conversation
 
 PASTE = "SELECT * FROM orders WHERE id = 42; -- a log line of the paste\n" * 80_000  # ~5 MB
 BOUND = MAX_MESSAGE_CHARS + len("\n...[5000000 characters omitted]...\n")

@@ -13,7 +13,7 @@ from llm_server import ScriptedLLM, llm_config
 
 from memory_sql.config import MemoryConfig
 from memory_sql.errors import LLMError, MemorySQLError
-from memory_sql.llm import Completion, LLMClient
+from memory_sql.update.llm import Completion, LLMClient
 
 PROMPT = [{"role": "system", "content": "Answer in JSON."}, {"role": "user", "content": "hi"}]
 

@@ -14,11 +14,11 @@ from llm_server import llm_config, update_reply
 from typer.testing import CliRunner
 
 from memory_sql.cli import app
-from memory_sql.reports import build_report, llm_usage_view
+from memory_sql.ops.reports import build_report, llm_usage_view
 from memory_sql.schema import memory_llm_calls
 from memory_sql.scope import Scope
 from memory_sql.storage import SQLStorage, open_storage
-from memory_sql.updater import MemoryUpdater
+from memory_sql.update.updater import MemoryUpdater
 
 CHAT = [
     {"role": "user", "content": "I am a backend engineer and I prefer Python."},
@@ -124,7 +124,7 @@ def test_the_usage_row_commits_with_the_save_and_with_the_callers_writes(url, ll
     try:
         llm.reply(json.dumps(update_reply()), prompt_tokens=500, completion_tokens=50)
         scope = Scope.of(user_id="u1", tenant_id=tenant)
-        from memory_sql.intake import filter_messages_for_memory
+        from memory_sql.intake.filter import filter_messages_for_memory
 
         result = updater.update_from(
             filter_messages_for_memory(CHAT), scope, "th", in_transaction=also

@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memory_sql.errors import InvalidMessageError
-from memory_sql.intake import filter_messages_for_memory, has_minimum_dialogue, is_trivial
-from memory_sql.messages import Message, normalize_message, normalize_messages
+from memory_sql.intake.filter import filter_messages_for_memory, has_minimum_dialogue, is_trivial
+from memory_sql.intake.messages import Message, normalize_message, normalize_messages
+from memory_sql.intake.signals import detect_correction, detect_reinforcement, detect_signals
 from memory_sql.pattern_files import load_patterns
-from memory_sql.signals import detect_correction, detect_reinforcement, detect_signals
 
 
 @dataclass

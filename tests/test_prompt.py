@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import re
 
-from memory_sql.messages import Message
+from memory_sql.intake.messages import Message
 from memory_sql.models import Fact, MemoryDocument, Section
-from memory_sql.prompt import (
+from memory_sql.update.prompt import (
     MAX_CONVERSATION_CHARS,
     MAX_MESSAGE_CHARS,
     SYSTEM_PROMPT,

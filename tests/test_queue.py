@@ -11,11 +11,11 @@ from conftest import assert_no_checked_out_connections
 
 from memory_sql.database import create_engine
 from memory_sql.errors import LeaseLostError
-from memory_sql.messages import Message
+from memory_sql.intake.messages import Message
+from memory_sql.intake.signals import Signals
 from memory_sql.queue import UpdateQueue
 from memory_sql.schema import memory_pending_updates as pending
 from memory_sql.scope import Scope
-from memory_sql.signals import Signals
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
 

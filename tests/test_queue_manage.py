@@ -19,13 +19,13 @@ from typer.testing import CliRunner
 from memory_sql import MemoryConfig, MemoryService, UpdateKey, UpdateNotFoundError
 from memory_sql.cli import app
 from memory_sql.database import create_engine
-from memory_sql.messages import Message
+from memory_sql.intake.messages import Message
+from memory_sql.intake.signals import Signals
 from memory_sql.models import utcnow
 from memory_sql.queue import UpdateQueue
 from memory_sql.queue.manage import drop_updates, list_updates, retry_updates
 from memory_sql.schema import memory_pending_updates as pending
 from memory_sql.scope import Scope
-from memory_sql.signals import Signals
 
 CLEAN_ENV: dict[str, str | None] = {
     name: None for name in os.environ if name.startswith(("OPENAI_", "MEMORY_SQL_"))

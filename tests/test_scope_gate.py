@@ -11,10 +11,10 @@ from llm_server import LABELS, llm_config
 
 from memory_sql.config import MemoryConfig
 from memory_sql.models import MemoryDocument, utcnow
-from memory_sql.prompt import SYSTEM_PROMPT
 from memory_sql.storage import open_storage
-from memory_sql.update_parser import parse_update
-from memory_sql.updater import MemoryUpdater, apply_update, gate_reason
+from memory_sql.update.parser import parse_update
+from memory_sql.update.prompt import SYSTEM_PROMPT
+from memory_sql.update.updater import MemoryUpdater, apply_update, gate_reason
 
 CONVERSATION = [
     {"role": "user", "content": "For this report use British spelling. I'm in a hurry today."},
@@ -69,7 +69,7 @@ def test_task_rule_temporary_fact_and_transactional_section_are_kept_out(tmp_pat
     llm.reply(json.dumps(GATED_REPLY))
     storage = open_storage(f"sqlite:///{tmp_path / 'm.db'}")
     updater = MemoryUpdater(llm_config(llm), storage)
-    caplog.set_level(logging.DEBUG, logger="memory_sql.updater")
+    caplog.set_level(logging.DEBUG, logger="memory_sql.update.updater")
     try:
         result = updater.update_memory(CONVERSATION, thread_id="t1", user_id="u1")
         doc = storage.load(user_id="u1")

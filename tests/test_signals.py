@@ -10,16 +10,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memory_sql.errors import ConfigError
-from memory_sql.intake import filter_messages_for_memory
-from memory_sql.messages import Message
-from memory_sql.pattern_files import BUNDLED_DIR, PATTERN_FILES, load_patterns
-from memory_sql.signals import (
+from memory_sql.intake.filter import filter_messages_for_memory
+from memory_sql.intake.messages import Message
+from memory_sql.intake.signals import (
     SIGNAL_WINDOW,
     Signals,
     detect_correction,
     detect_reinforcement,
     detect_signals,
 )
+from memory_sql.pattern_files import BUNDLED_DIR, PATTERN_FILES, load_patterns
 
 NONE = Signals()
 CORRECTION = Signals(correction=True)

@@ -10,10 +10,10 @@ import pytest
 from llm_server import ScriptedLLM, llm_config, update_reply
 
 from memory_sql.errors import LLMError
-from memory_sql.llm import LLMClient
 from memory_sql.storage import open_storage
-from memory_sql.update_parser import parse_update, update_json_schema
-from memory_sql.updater import MemoryUpdater
+from memory_sql.update.llm import LLMClient
+from memory_sql.update.parser import parse_update, update_json_schema
+from memory_sql.update.updater import MemoryUpdater
 
 PROMPT = [{"role": "user", "content": "hi"}]
 SCHEMA = update_json_schema()
@@ -84,7 +84,7 @@ def test_a_400_to_json_schema_gets_json_object_next_once_per_process(llm, caplog
     llm.refuse_format("json_schema", status=400)
     for _ in range(3):
         llm.reply(REPLY)
-    caplog.set_level(logging.INFO, logger="memory_sql.llm")
+    caplog.set_level(logging.INFO, logger="memory_sql.update.llm")
     client = _client(llm)
     client.complete(PROMPT, schema=SCHEMA)
     client.complete(PROMPT, schema=SCHEMA)

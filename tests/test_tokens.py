@@ -140,7 +140,7 @@ _PROBE = textwrap.dedent(
     logging.getLogger("memory_sql").setLevel(logging.INFO)
 
     from memory_sql.models import Fact, MemoryDocument
-    from memory_sql.injection import format_memory_for_injection
+    from memory_sql.recall.injection import format_memory_for_injection
     from memory_sql.tokens import make_token_counter
 
     counter = make_token_counter()

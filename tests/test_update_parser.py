@@ -10,7 +10,7 @@ import pytest
 from llm_server import MALFORMED_REPLIES, update_reply
 
 from memory_sql.errors import InvalidUpdateError
-from memory_sql.update_parser import MAX_JSON_CHARS, MemoryUpdate, _drop_reasoning, parse_update
+from memory_sql.update.parser import MAX_JSON_CHARS, MemoryUpdate, _drop_reasoning, parse_update
 
 GOOD = json.dumps(update_reply())
 

@@ -18,13 +18,13 @@ from llm_server import LABELS, MALFORMED_REPLIES, ScriptedLLM, llm_config, updat
 
 from memory_sql.config import MemoryConfig
 from memory_sql.errors import InvalidMessageError, InvalidScopeError
-from memory_sql.intake import filter_messages_for_memory
+from memory_sql.intake.filter import filter_messages_for_memory
 from memory_sql.models import Fact, MemoryDocument, Section, fact_key
 from memory_sql.schema import memory_facts, memory_scopes, memory_sections
 from memory_sql.scope import Scope
 from memory_sql.storage import MemoryStorage, SQLStorage, open_storage
-from memory_sql.update_parser import parse_update
-from memory_sql.updater import MAX_SAVE_ATTEMPTS, MemoryUpdater, apply_update
+from memory_sql.update.parser import parse_update
+from memory_sql.update.updater import MAX_SAVE_ATTEMPTS, MemoryUpdater, apply_update
 
 NOW = datetime(2026, 7, 1, 12, 0, tzinfo=timezone.utc)
 EARLIER = NOW - timedelta(days=30)
@@ -385,14 +385,14 @@ def test_failures_are_logged_with_scope_and_thread(store, scope, llm, caplog):
         CONVERSATION, thread_id="t-log", **scope
     )
     assert result.error == "invalid memory update from the LLM: no JSON object in the reply"
-    [record] = [r for r in caplog.records if r.name == "memory_sql.updater"]
+    [record] = [r for r in caplog.records if r.name == "memory_sql.update.updater"]
     assert record.levelname == "WARNING"
     assert scope["user_id"] in record.getMessage() and "t-log" in record.getMessage()
     assert "sk-test" not in caplog.text
 
 
 def test_no_model_configured_fails_the_update_not_the_caller(store, scope):
-    from memory_sql.llm import LLMClient
+    from memory_sql.update.llm import LLMClient
 
     config = MemoryConfig(llm_base_url="http://127.0.0.1:9/v1")
     updater = MemoryUpdater(config, store, LLMClient.from_config(config, env={}))
@@ -438,7 +438,7 @@ def test_invalid_arguments_raise(store, llm):
 
 
 def test_message_objects_are_accepted_and_filtering_is_idempotent(store, scope, llm):
-    from memory_sql.intake import filter_messages_for_memory
+    from memory_sql.intake.filter import filter_messages_for_memory
 
     llm.responder = lambda body: json.dumps(update_reply(user={}, newFacts=[]))
     updater = MemoryUpdater(llm_config(llm), store)
@@ -620,7 +620,7 @@ def test_scope_isolation(store, llm):
 
 
 def test_a_shared_llm_client_is_not_closed_by_the_updater(store, scope, llm):
-    from memory_sql.llm import LLMClient
+    from memory_sql.update.llm import LLMClient
 
     client = LLMClient.from_config(llm_config(llm), env={})
     llm.responder = lambda body: json.dumps(update_reply())

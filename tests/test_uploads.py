@@ -10,14 +10,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memory_sql.models import MAX_TEXT_CHARS, Fact, MemoryDocument
-from memory_sql.uploads import (
+from memory_sql.intake.uploads import (
     UPLOAD_MENTION,
     mentions_upload,
     scrub_upload_sentences,
     strip_upload_blocks,
     strip_upload_mentions,
 )
+from memory_sql.models import MAX_TEXT_CHARS, Fact, MemoryDocument
 
 BLOCK_CASES = [
     ("<uploaded_files>\n- a.pdf\n</uploaded_files>", ""),

@@ -14,10 +14,10 @@ from _workers import run_service_until_idle
 from llm_server import ScriptedLLM, llm_config
 
 from memory_sql import MemoryService
-from memory_sql.messages import Message
+from memory_sql.intake.messages import Message
 from memory_sql.schema import memory_pending_updates
 from memory_sql.tokens import EstimateCounter
-from memory_sql.watermark import CONTEXT_TOKENS, Mark, message_key, split
+from memory_sql.update.watermark import CONTEXT_TOKENS, Mark, message_key, split
 
 EMPTY = json.dumps({"user": {}, "history": {}, "newFacts": [], "factsToRemove": []})
 TURN = re.compile(r"turn (\d+) ")

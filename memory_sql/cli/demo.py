@@ -18,12 +18,12 @@ from ..database import create_engine, redacted, resolve_url
 from ..demo import SampleConversation, load_conversations
 from ..demo.replay import MODEL, ReplayLLM, load_recordings
 from ..errors import MemorySQLError
-from ..intake import filter_messages_for_memory
+from ..intake.filter import filter_messages_for_memory
+from ..intake.signals import detect_signals
 from ..models import MemoryDocument
-from ..prompt import SECTION_KEYS
 from ..scope import Scope
 from ..service import MemoryService
-from ..signals import detect_signals
+from ..update.prompt import SECTION_KEYS
 from ._common import ConfigOption, app, command, lit, load_config, out
 from .run import leftover_updates
 

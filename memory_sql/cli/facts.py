@@ -7,8 +7,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from .. import admin
-from ..admin import FactRecord
+from ..ops import admin
+from ..ops.admin import FactRecord
 from ..scope import Scope
 from ._common import ConfigOption, UrlOption, app, command, group, lit, out, plural
 from ._data import AgentOption, JsonOption, TenantOption, UserOption, print_json, sql_storage

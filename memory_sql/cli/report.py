@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from ..reports import build_report
+from ..ops.reports import build_report
 from ._common import ConfigOption, UrlOption, app, command, lit, out, plural
 from ._data import JsonOption, print_json, sql_storage
 

@@ -22,8 +22,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ..config import MemoryConfig
 from ..database import OutageLog, redacted
 from ..errors import ConfigError, MemorySQLError, StorageError
-from ..intake import filter_messages_for_memory, has_minimum_dialogue
-from ..messages import normalize_messages
+from ..intake.filter import filter_messages_for_memory, has_minimum_dialogue
+from ..intake.messages import normalize_messages
 from ..schema import memory_pending_updates as pending
 from ..scope import Scope, check_thread_id
 from ..service import MemoryService
@@ -668,7 +668,7 @@ def stderr_logging(level: int, *, quiet_updates: bool = False) -> Iterator[None]
         logger.setLevel(before)
 
 
-_UPDATE_LOGGERS = ("memory_sql.queue", "memory_sql.updater", "memory_sql.llm")
+_UPDATE_LOGGERS = ("memory_sql.queue", "memory_sql.update")
 
 
 class _OneLineHandler(RichHandler):

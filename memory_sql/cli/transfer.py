@@ -14,10 +14,10 @@ from typing import Annotated, TextIO
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from .. import admin
 from ..database import redacted
 from ..errors import MemorySQLError
 from ..integrations.deerflow import folders
+from ..ops import admin
 from ..scope import Scope
 from ._common import ConfigOption, UrlOption, app, command, err, lit, out, plural
 from ._data import AgentOption, TenantOption, UserOption, sql_storage

@@ -90,7 +90,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "pip install 'memory-sql[langchain]'"
     ) from exc
 
-from ..injection import date_reminder
+from ..recall.injection import date_reminder
 
 if TYPE_CHECKING:
     from langgraph.runtime import Runtime

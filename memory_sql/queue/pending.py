@@ -50,11 +50,11 @@ from sqlalchemy.engine import Connection, Engine
 
 from ..database import database_errors, reconnecting
 from ..errors import LeaseLostError, StorageError
-from ..messages import Message
+from ..intake.messages import Message
+from ..intake.signals import Signals
 from ..models import utcnow
 from ..schema import memory_pending_updates as pending
 from ..scope import Scope
-from ..signals import Signals
 from ..tenancy import ALL_TENANTS, acting_for
 
 MAX_BACKOFF_SECONDS = 3600.0

@@ -23,9 +23,9 @@ from datetime import datetime
 
 from ..database import OutageLog
 from ..errors import StorageError
-from ..messages import Message
+from ..intake.messages import Message
+from ..intake.signals import Signals
 from ..scope import Scope
-from ..signals import Signals
 from .pending import UpdateQueue
 
 logger = logging.getLogger(__name__)

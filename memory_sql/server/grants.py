@@ -12,7 +12,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from ..reports import VIEW_NAMES
+from ..ops.reports import VIEW_NAMES
 from ..schema import memory_api_keys, metadata
 
 _ROLE_NAME_LIMIT = 63

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from ..updater import UpdateResult
+from ..update.updater import UpdateResult
 
 logger = logging.getLogger("memory_sql.server")
 

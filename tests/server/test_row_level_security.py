@@ -30,8 +30,9 @@ from llm_server import LABELS, ScriptedLLM, update_reply
 from pg_sessions import wait_until_session_ends
 from sqlalchemy.engine import URL, Engine, make_url
 
-from memory_sql import admin, migrations
+from memory_sql import migrations
 from memory_sql.database import create_engine
+from memory_sql.ops import admin
 from memory_sql.server.keys import create_key
 from memory_sql.storage import SQLStorage
 from memory_sql.storage.driver import DriverConnection

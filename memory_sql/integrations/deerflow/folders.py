@@ -45,9 +45,9 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from ... import admin
 from ...errors import ImportFileError, MemorySQLError
 from ...models import CATEGORY_PATTERN, Fact, MemoryDocument
+from ...ops import admin
 from ...scope import AGENT_PATTERN, Scope
 from ...storage import MemoryStorage
 

@@ -38,7 +38,7 @@ from typing import Any
 
 from ...config import MemoryConfig
 from ...errors import ConfigError, LLMError
-from ...llm import Completion, LLMClient
+from ...update.llm import Completion, LLMClient
 
 logger = logging.getLogger(__name__)
 

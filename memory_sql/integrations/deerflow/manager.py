@@ -42,19 +42,19 @@ from typing import Any, ClassVar, Literal
 from deerflow.agents.memory.manager import MemoryConflictError, MemoryManager
 from pydantic import PrivateAttr, ValidationError
 
-from ... import admin
 from ...database import redacted
 from ...errors import ConfigError, DuplicateFactError, FactNotFoundError, UpdateNotFoundError
 from ...errors import VersionConflictError as _VersionConflict
-from ...injection import format_memory_for_injection
 from ...models import Fact, MemoryDocument, fact_key, format_timestamp, utcnow
+from ...ops import admin
 from ...queue import PendingUpdate, RunOutcome, UpdateKey
 from ...queue import manage as queue_manage
+from ...recall.injection import format_memory_for_injection
 from ...scope import Scope
 from ...service import MemoryService
 from ...storage import SQLStorage
 from ...tokens import EstimateCounter, make_token_counter
-from ...updater import _evict
+from ...update.updater import _evict
 from .config import BackendSettings, read_backend_config, sqlite_folder
 from .llm import CURRENT_UPDATE, UpdateContext, choose_llm
 

@@ -14,8 +14,8 @@ from typing import Annotated
 
 from fastapi import Header, Query
 
-from ... import admin
 from ...errors import VersionConflictError
+from ...ops import admin
 from ...scope import Scope
 from ..auth import Caller
 from ..errors import ApiError

@@ -8,7 +8,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from ...messages import normalize_messages
+from ...intake.messages import normalize_messages
 from ..auth import Writer
 from ..errors import ApiError, error_responses
 from ..state import State

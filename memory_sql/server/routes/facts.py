@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from ... import admin, history
+from ...ops import admin, history
 from ...scope import Scope
 from ..auth import Caller, Reader, Writer
 from ..errors import ApiError, error_responses, not_found

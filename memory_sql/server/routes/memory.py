@@ -12,9 +12,9 @@ from fastapi import APIRouter, Body, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from ... import admin
 from ...errors import ImportFileError
 from ...models import MemoryDocument
+from ...ops import admin
 from ...scope import Scope
 from ...tenancy import acting_for
 from ..auth import Admin, Caller, Reader, Writer

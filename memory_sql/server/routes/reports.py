@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
-from ...reports import build_report
+from ...ops.reports import build_report
 from ..auth import Reader
 from ..errors import error_responses
 from ..state import State

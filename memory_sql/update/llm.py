@@ -37,12 +37,12 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from .errors import LLMError
+from ..errors import LLMError
 
 if TYPE_CHECKING:
     import openai
 
-    from .config import MemoryConfig
+    from ..config import MemoryConfig
 
 logger = logging.getLogger(__name__)
 

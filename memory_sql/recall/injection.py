@@ -63,8 +63,8 @@ from collections.abc import Hashable, Iterable, Sequence
 from datetime import date, datetime
 from typing import Any
 
-from .models import Fact, MemoryDocument, Section
-from .tokens import EstimateCounter, TokenCounter, make_token_counter
+from ..models import Fact, MemoryDocument, Section
+from ..tokens import EstimateCounter, TokenCounter, make_token_counter
 
 logger = logging.getLogger(__name__)
 

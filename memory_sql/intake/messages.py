@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import InvalidMessageError
+from ..errors import InvalidMessageError
 
 ROLES = ("user", "assistant", "tool", "system")
 

@@ -23,11 +23,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from .messages import Message
-from .models import utcnow
-from .schema import memory_watermarks
-from .scope import Scope
-from .tokens import TokenCounter
+from ..intake.messages import Message
+from ..models import utcnow
+from ..schema import memory_watermarks
+from ..scope import Scope
+from ..tokens import TokenCounter
 
 CONTEXT_TOKENS = 300
 """The budget of the already-learned context sent before the new messages."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from .models import MemoryDocument
+from ..models import MemoryDocument
 
 UPLOAD_TAGS = ("uploaded_files", "current_uploads")
 """The tags of the upload blocks the agent host writes (matched ignoring ASCII case)."""

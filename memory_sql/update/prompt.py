@@ -35,8 +35,8 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
-from .messages import MAX_MESSAGE_CHARS, Message, shorten  # noqa: F401  (the bound, re-exported)
-from .models import MemoryDocument
+from ..intake.messages import MAX_MESSAGE_CHARS, Message, shorten  # noqa: F401  (the bound, re-exported)
+from ..models import MemoryDocument
 
 MAX_CONVERSATION_CHARS = 40_000
 

@@ -18,8 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .intake import filter_messages_for_memory
-from .pattern_files import PatternSet, load_patterns, match_text
+from ..pattern_files import PatternSet, load_patterns, match_text
+from .filter import filter_messages_for_memory
 
 SIGNAL_WINDOW = 6
 

@@ -61,8 +61,8 @@ from pydantic import (
     field_validator,
 )
 
-from .errors import InvalidUpdateError
-from .models import HISTORY_SECTIONS, USER_SECTIONS, check_text, clean_category, clean_content
+from ..errors import InvalidUpdateError
+from ..models import HISTORY_SECTIONS, USER_SECTIONS, check_text, clean_category, clean_content
 
 MAX_REPLY_CHARS = 2_000_000
 MAX_JSON_CHARS = 300_000

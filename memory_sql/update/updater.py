@@ -50,25 +50,25 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from .config import MemoryConfig
-from .errors import (
+from ..config import MemoryConfig
+from ..errors import (
     DuplicateFactError,
     InvalidUpdateError,
     LLMError,
     StorageError,
     VersionConflictError,
 )
-from .intake import filter_messages_for_memory
+from ..intake.filter import filter_messages_for_memory
+from ..intake.messages import Message
+from ..intake.uploads import mentions_upload, strip_upload_mentions
+from ..models import Fact, MemoryDocument, Section, fact_key, utcnow
+from ..pattern_files import load_patterns
+from ..schema import memory_llm_calls
+from ..scope import Scope, check_thread_id
+from ..storage.base import MemoryStorage
+from ..tokens import make_token_counter
 from .llm import LLMClient
-from .messages import Message
-from .models import Fact, MemoryDocument, Section, fact_key, utcnow
-from .pattern_files import load_patterns
-from .prompt import build_update_prompt
-from .schema import memory_llm_calls
-from .scope import Scope, check_thread_id
-from .storage.base import MemoryStorage
-from .tokens import make_token_counter
-from .update_parser import (
+from .parser import (
     AUTHORITIES,
     DURABILITIES,
     SCOPES,
@@ -78,7 +78,7 @@ from .update_parser import (
     parse_update,
     update_json_schema,
 )
-from .uploads import mentions_upload, strip_upload_mentions
+from .prompt import build_update_prompt
 
 logger = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
+from ..pattern_files import PatternList, PatternSet, load_patterns, match_text
 from .messages import MAX_MESSAGE_CHARS, Message, normalize_messages, shorten
-from .pattern_files import PatternList, PatternSet, load_patterns, match_text
 from .uploads import strip_upload_blocks
 
 _TRAILING_PUNCTUATION = " \t\r\n.。,，!！?？;；~～"

@@ -16,10 +16,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from .database import database_errors
-from .models import format_timestamp
-from .schema import memory_fact_events as events
-from .scope import Scope
+from ..database import database_errors
+from ..models import format_timestamp
+from ..schema import memory_fact_events as events
+from ..scope import Scope
 
 _COLUMNS = (
     events.c.version,

@@ -31,14 +31,14 @@ import sqlalchemy as sa
 from pydantic import ValidationError
 from sqlalchemy.engine import Engine
 
-from .database import database_errors
-from .errors import (
+from ..database import database_errors
+from ..errors import (
     DuplicateFactError,
     FactNotFoundError,
     ImportFileError,
     VersionConflictError,
 )
-from .models import (
+from ..models import (
     CATEGORY_PATTERN,
     Fact,
     MemoryDocument,
@@ -46,7 +46,7 @@ from .models import (
     format_timestamp,
     trusted_fact,
 )
-from .schema import (
+from ..schema import (
     FACT_COLUMNS,
     memory_fact_events,
     memory_facts,
@@ -54,9 +54,9 @@ from .schema import (
     memory_scopes,
     memory_sections,
 )
-from .scope import Scope
-from .storage import MemoryStorage, SQLStorage
-from .storage.driver import read_facts_by_driver
+from ..scope import Scope
+from ..storage import MemoryStorage, SQLStorage
+from ..storage.driver import read_facts_by_driver
 
 SAVE_ATTEMPTS = 5
 """How many times a read-modify-save is tried before a version conflict is raised."""

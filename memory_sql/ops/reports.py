@@ -25,10 +25,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from .database import database_errors
-from .models import format_timestamp
-from .schema import UTCDateTime
-from .scope import Scope
+from ..database import database_errors
+from ..models import format_timestamp
+from ..schema import UTCDateTime
+from ..scope import Scope
 
 # The views, described for SQLAlchemy Core; deliberately not in schema.metadata, which Alembic
 # compares with the tables.
