@@ -59,7 +59,7 @@ import memory_sql
 from memory_sql import Fact, MemoryDocument, VersionConflictError, migrations
 from memory_sql.database import create_engine
 from memory_sql.models import fact_digest
-from memory_sql.ops.admin import search_facts
+from memory_sql.ops import search_facts
 from memory_sql.scope import Scope
 from memory_sql.storage import SQLStorage, open_storage
 

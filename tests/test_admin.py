@@ -11,10 +11,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from memory_sql import Fact, ImportFileError, StorageError, migrations, open_storage
+from memory_sql import Fact, ImportFileError, StorageError, migrations, open_storage, ops
 from memory_sql.database import create_engine
-from memory_sql.ops import admin
-from memory_sql.ops.admin import (
+from memory_sql.ops import (
     export_jsonl,
     forget_user,
     import_jsonl,
@@ -128,7 +127,7 @@ def test_search_by_the_driver_gives_what_sqlalchemy_gives(storage, monkeypatch):
             for i in range(7)
         ]
         storage.save(doc, user_id=user, agent_name=agent)
-    everything = admin._search_statement(frozenset({"user"}))
+    everything = ops.search._search_statement(frozenset({"user"}))
     assert storage_driver.read_facts_by_driver(storage.engine, everything, {"user": user}, 3)
     driver = _search_everything(storage, user)
     assert [len(found) for found in driver] == [14, 6, 6, 10, 7, 3, 2, 1]

@@ -7,8 +7,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from ..ops import admin
-from ..ops.admin import FactRecord
+from .. import ops
+from ..ops import FactRecord
 from ..scope import Scope
 from ._common import ConfigOption, UrlOption, app, command, group, lit, out, plural
 from ._data import AgentOption, JsonOption, TenantOption, UserOption, print_json, sql_storage
@@ -66,7 +66,7 @@ def facts_add(
         memory-sql facts add --user alice "Prefers tabs" --category preference
     """
     with sql_storage(url, config, create=True) as storage:
-        fact = admin.add_fact(
+        fact = ops.add_fact(
             storage,
             text,
             category=category,
@@ -99,7 +99,7 @@ def facts_remove(
         memory-sql facts remove --user alice fact_3f2a9c41d7e0
     """
     with sql_storage(url, config) as storage:
-        fact = admin.remove_fact(
+        fact = ops.remove_fact(
             storage, fact_id, user_id=user, agent_name=agent, tenant_id=tenant
         ).fact
     scope = Scope.of(user_id=user, agent_name=agent, tenant_id=tenant)
@@ -139,7 +139,7 @@ def facts_search(
         memory-sql facts search python --min-confidence 0.8 --category preference
     """
     with sql_storage(url, config) as storage:
-        records = admin.search_facts(
+        records = ops.search_facts(
             storage.engine,
             text,
             category=category,

@@ -14,10 +14,10 @@ from typing import Annotated, TextIO
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+from .. import ops
 from ..database import redacted
 from ..errors import MemorySQLError
 from ..integrations.deerflow import folders
-from ..ops import admin
 from ..scope import Scope
 from ._common import ConfigOption, UrlOption, app, command, err, lit, out, plural
 from ._data import AgentOption, TenantOption, UserOption, sql_storage
@@ -66,7 +66,7 @@ def export(
         with sql_storage(url, config) as storage:
             where = redacted(storage.engine.url)
             if str(jsonl) == "-":
-                count = admin.export_jsonl(storage.engine, sys.stdout, tenant_id=tenant)
+                count = ops.export_jsonl(storage.engine, sys.stdout, tenant_id=tenant)
                 err.print(
                     f"exported {plural(count, 'memory')} from {lit(where)}",
                     highlight=False,
@@ -74,7 +74,7 @@ def export(
                 )
                 return
             with _atomic_write(jsonl) as stream:
-                count = admin.export_jsonl(storage.engine, stream, tenant_id=tenant)
+                count = ops.export_jsonl(storage.engine, stream, tenant_id=tenant)
                 if count == 0:  # the temporary file goes, the target stays as it was
                     matched = f" --tenant {tenant}" if tenant is not None else ""
                     raise MemorySQLError(
@@ -91,7 +91,7 @@ def export(
     scope = Scope.of(user_id=user, agent_name=agent, tenant_id=tenant)
     with sql_storage(url, config) as storage:
         where = redacted(storage.engine.url)
-        data = admin.export_memory(storage, user_id=user, agent_name=agent, tenant_id=tenant)
+        data = ops.export_memory(storage, user_id=user, agent_name=agent, tenant_id=tenant)
     text = json.dumps(data, ensure_ascii=False, indent=2) + "\n"
     if data["revision"] == 0 and output is not None:
         raise MemorySQLError(f"no memory matched {scope} in {where}; {output} left unchanged")
@@ -167,7 +167,7 @@ def import_(
         source = "<stdin>" if str(jsonl) == "-" else str(jsonl)
         content = sys.stdin.buffer.read() if source == "<stdin>" else jsonl.read_bytes()
         with sql_storage(url, config, create=True) as storage:
-            result = admin.import_jsonl(storage.engine, content, source=source)
+            result = ops.import_jsonl(storage.engine, content, source=source)
         out.print(
             f"imported {plural(result.memories, 'memory')} from {lit(source)}: "
             f"{result.changed} changed, {result.unchanged} unchanged",
@@ -180,7 +180,7 @@ def import_(
     scope = Scope.of(user_id=user, agent_name=agent, tenant_id=tenant)
     content = file.read_bytes()
     with sql_storage(url, config, create=True) as storage:
-        before, after = admin.import_memory(
+        before, after = ops.import_memory(
             storage, content, user_id=user, agent_name=agent, tenant_id=tenant, source=str(file)
         )
     if before == after:
@@ -221,7 +221,7 @@ def forget(
                 f"Delete every row of user {scope.user_id} (tenant {scope.tenant_id}) in {where}?",
                 abort=True,
             )
-        counts = admin.forget_user(storage.engine, scope.user_id, tenant_id=scope.tenant_id)
+        counts = ops.forget_user(storage.engine, scope.user_id, tenant_id=scope.tenant_id)
     out.print(
         f"forgot user {lit(scope.user_id)} (tenant {lit(scope.tenant_id)}): "
         f"{plural(sum(counts.values()), 'row')}",

@@ -30,9 +30,8 @@ from llm_server import LABELS, ScriptedLLM, update_reply
 from pg_sessions import wait_until_session_ends
 from sqlalchemy.engine import URL, Engine, make_url
 
-from memory_sql import migrations
+from memory_sql import migrations, ops
 from memory_sql.database import create_engine
-from memory_sql.ops import admin
 from memory_sql.server.keys import create_key
 from memory_sql.storage import SQLStorage
 from memory_sql.storage.driver import DriverConnection
@@ -145,7 +144,7 @@ def _seed(owner_url: str) -> None:
         for tenant, users in SEEDED.items():
             for user, facts in users.items():
                 for content in facts:
-                    admin.add_fact(storage, content, user_id=user, tenant_id=tenant)
+                    ops.add_fact(storage, content, user_id=user, tenant_id=tenant)
     finally:
         storage.close()
         engine.dispose()

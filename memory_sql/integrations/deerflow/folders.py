@@ -45,9 +45,9 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from ... import ops
 from ...errors import ImportFileError, MemorySQLError
 from ...models import CATEGORY_PATTERN, Fact, MemoryDocument
-from ...ops import admin
 from ...scope import AGENT_PATTERN, Scope
 from ...storage import MemoryStorage
 
@@ -352,7 +352,7 @@ def _document(plan: FolderPlan, path: Path, data: dict[str, Any]) -> MemoryDocum
     try:
         document = MemoryDocument.from_deerflow({**data, "facts": []})
     except ValidationError as exc:
-        plan.problems.append(Finding(path, admin.describe_validation_error(exc)))
+        plan.problems.append(Finding(path, ops.describe_validation_error(exc)))
         return None
     parsed: list[tuple[Fact, Path]] = []
     for index, raw in enumerate(facts or []):
@@ -432,7 +432,7 @@ def _fact(plan: FolderPlan, path: Path, raw: Any, *, where: str | None) -> Fact 
     try:
         return Fact.model_validate(data)
     except ValidationError as exc:
-        problem = admin.describe_validation_error(exc)
+        problem = ops.describe_validation_error(exc)
         plan.problems.append(Finding(path, f"{label}{problem}"))
         return None
 
@@ -538,7 +538,7 @@ def import_folder(
     for item in plan.memories:
         source = str(item.sources[0]) if item.sources else str(plan.root)
         try:
-            before, after = admin.import_memory(
+            before, after = ops.import_memory(
                 storage,
                 item.memory.to_deerflow(),
                 user_id=item.scope.user_id,

@@ -42,11 +42,11 @@ from typing import Any, ClassVar, Literal
 from deerflow.agents.memory.manager import MemoryConflictError, MemoryManager
 from pydantic import PrivateAttr, ValidationError
 
+from ... import ops
 from ...database import redacted
 from ...errors import ConfigError, DuplicateFactError, FactNotFoundError, UpdateNotFoundError
 from ...errors import VersionConflictError as _VersionConflict
 from ...models import Fact, MemoryDocument, fact_key, format_timestamp, utcnow
-from ...ops import admin
 from ...queue import PendingUpdate, RunOutcome, UpdateKey
 from ...queue import manage as queue_manage
 from ...recall.injection import format_memory_for_injection
@@ -439,7 +439,7 @@ class SQLMemoryManager(MemoryManager):
         """
         scope = self._scope(user_id, agent_name)
         with _contract_errors():
-            admin.import_memory(
+            ops.import_memory(
                 self._storage,
                 memory_data,
                 **scope.arguments(),
@@ -457,7 +457,7 @@ class SQLMemoryManager(MemoryManager):
         An update already running may still save afterwards (as with ``forget``)."""
         scope = self._scope(user_id, agent_name)
         if _agent(agent_name) is None:
-            admin.forget_user(self._engine, scope.user_id, tenant_id=scope.tenant_id)
+            ops.forget_user(self._engine, scope.user_id, tenant_id=scope.tenant_id)
         else:
             self._change(scope, lambda doc: setattr(doc, "facts", []))
             self._drop_waiting_updates(scope)
@@ -468,7 +468,7 @@ class SQLMemoryManager(MemoryManager):
         :meth:`clear_memory`; an agent: that agent's sections, facts and waiting updates."""
         scope = self._scope(user_id, agent_name)
         if _agent(agent_name) is None:
-            admin.forget_user(self._engine, scope.user_id, tenant_id=scope.tenant_id)
+            ops.forget_user(self._engine, scope.user_id, tenant_id=scope.tenant_id)
             return
 
         def empty(doc: MemoryDocument) -> None:
@@ -653,20 +653,20 @@ class SQLMemoryManager(MemoryManager):
 
     def _change(self, scope: Scope, change: Callable[[MemoryDocument], None]) -> MemoryDocument:
         """Load, ``change``, save with the version loaded; again on a version conflict, up
-        to :data:`memory_sql.admin.SAVE_ATTEMPTS` times. Returns the memory as stored."""
+        to :data:`memory_sql.ops.SAVE_ATTEMPTS` times. Returns the memory as stored."""
         where = {
             "user_id": scope.user_id,
             "agent_name": scope.agent_name,
             "tenant_id": scope.tenant_id,
         }
         with _contract_errors():
-            for attempt in range(1, admin.SAVE_ATTEMPTS + 1):
+            for attempt in range(1, ops.SAVE_ATTEMPTS + 1):
                 doc = self._storage.load(**where)
                 change(doc)
                 try:
                     self._storage.save(doc, **where, expected_version=doc.version)
                 except _VersionConflict:
-                    if attempt == admin.SAVE_ATTEMPTS:
+                    if attempt == ops.SAVE_ATTEMPTS:
                         raise
                     continue
                 return self._storage.load(**where)
@@ -689,14 +689,14 @@ def _fact(*, source: str, **fields: Any) -> Fact:
     try:
         return Fact(source_thread_id=source, **fields)
     except ValidationError as exc:
-        raise ValueError(f"invalid fact: {admin.describe_validation_error(exc)}") from None
+        raise ValueError(f"invalid fact: {ops.describe_validation_error(exc)}") from None
 
 
 def _replaced(fact: Fact, changes: dict[str, Any]) -> Fact:
     try:
         return fact.replace(**changes)
     except ValidationError as exc:
-        raise ValueError(f"invalid fact: {admin.describe_validation_error(exc)}") from None
+        raise ValueError(f"invalid fact: {ops.describe_validation_error(exc)}") from None
 
 
 def _document(doc: MemoryDocument) -> dict[str, Any]:

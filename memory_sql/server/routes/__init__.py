@@ -14,8 +14,8 @@ from typing import Annotated
 
 from fastapi import Header, Query
 
+from ... import ops
 from ...errors import VersionConflictError
-from ...ops import admin
 from ...scope import Scope
 from ..auth import Caller
 from ..errors import ApiError
@@ -85,7 +85,7 @@ def precondition(
     is a 409. Either is counted in the metrics."""
     expected = expected_version(if_match)
     with caller.acting():
-        if expected == ANY_VERSION and not admin.memory_exists(
+        if expected == ANY_VERSION and not ops.memory_exists(
             state.engine, scope.user_id, agent_name=scope.agent_name, tenant_id=scope.tenant_id
         ):
             raise stale(ANY_VERSION, None)

@@ -10,7 +10,8 @@ from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from ...ops import admin, history
+from ... import ops
+from ...ops import history
 from ...scope import Scope
 from ..auth import Caller, Reader, Writer
 from ..errors import ApiError, error_responses, not_found
@@ -58,7 +59,7 @@ def list_facts(
 ) -> Any:
     scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=caller.tenant_id)
     with caller.acting():
-        records = admin.search_facts(
+        records = ops.search_facts(
             state.engine,
             q,
             category=category,
@@ -68,7 +69,7 @@ def list_facts(
             agent_name=None if agent_name is None else scope.agent_key,
             limit=offset + limit + 1,
         )
-        exists = records or admin.memory_exists(
+        exists = records or ops.memory_exists(
             state.engine, scope.user_id, agent_name=agent_name, tenant_id=scope.tenant_id
         )
         if not exists:
@@ -92,7 +93,7 @@ def create_fact(
 ) -> Any:
     scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=caller.tenant_id)
     with precondition(if_match, state, caller, scope) as version:
-        change = admin.add_fact(
+        change = ops.add_fact(
             state.storage,
             body.content,
             category=body.category,
@@ -121,7 +122,7 @@ def patch_fact(
         raise ApiError(400, "invalid_request", "content, category and confidence cannot be null")
     scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=caller.tenant_id)
     with precondition(if_match, state, caller, scope) as version:
-        change = admin.update_fact(
+        change = ops.update_fact(
             state.storage,
             fact_id,
             **scope.arguments(),
@@ -142,7 +143,7 @@ def delete_fact(
 ) -> Any:
     scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=caller.tenant_id)
     with precondition(if_match, state, caller, scope) as version:
-        change = admin.remove_fact(
+        change = ops.remove_fact(
             state.storage,
             fact_id,
             **scope.arguments(),
@@ -196,8 +197,8 @@ def _changes(
     return {"events": events, "next": cursor}
 
 
-def _answer(change: admin.FactChange, scope: Scope, status: int = 200) -> JSONResponse:
-    record = admin.FactRecord(scope.tenant_id, scope.user_id, scope.agent_name, change.fact)
+def _answer(change: ops.FactChange, scope: Scope, status: int = 200) -> JSONResponse:
+    record = ops.FactRecord(scope.tenant_id, scope.user_id, scope.agent_name, change.fact)
     return JSONResponse(
         {"fact": record.to_dict(), "version": change.version},
         status_code=status,

@@ -12,9 +12,9 @@ from fastapi import APIRouter, Body, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from ... import ops
 from ...errors import ImportFileError
 from ...models import MemoryDocument
-from ...ops import admin
 from ...scope import Scope
 from ...tenancy import acting_for
 from ..auth import Admin, Caller, Reader, Writer
@@ -70,7 +70,7 @@ def put_memory(
 ) -> Any:
     scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=caller.tenant_id)
     with precondition(if_match, state, caller, scope) as version:
-        before, after = admin.import_memory(
+        before, after = ops.import_memory(
             state.storage,
             memory,
             **scope.arguments(),
@@ -89,7 +89,7 @@ def put_memory(
     response_class=StreamingResponse,
 )
 def export(caller: Reader, state: State) -> StreamingResponse:
-    lines = admin.iter_jsonl(state.engine, tenant_id=caller.tenant_id)
+    lines = ops.iter_jsonl(state.engine, tenant_id=caller.tenant_id)
     # The first line is read before the status is sent, so that a database that fails answers
     # 503 rather than a 200 with an empty (or cut) body.
     with caller.acting():
@@ -114,14 +114,14 @@ async def import_jsonl(request: Request, caller: Writer, state: State) -> Any:
 
 
 def _import(body: bytes, caller: Caller, state: ServerState) -> dict[str, int]:
-    memories = admin.read_jsonl(body, source="request body", tenant_id=caller.tenant_id)
+    memories = ops.read_jsonl(body, source="request body", tenant_id=caller.tenant_id)
     for item in memories:
         if item.scope.tenant_id != caller.tenant_id:
             raise ImportFileError(
                 "request body", item.line, "tenant_id must be the key's tenant, or left out"
             )
     with caller.acting():
-        result = admin.import_scoped(state.storage, memories)
+        result = ops.import_scoped(state.storage, memories)
     return {"memories": result.memories, "changed": result.changed}
 
 
@@ -131,7 +131,7 @@ def _import(body: bytes, caller: Caller, state: ServerState) -> dict[str, int]:
 )
 def forget(user_id: str, caller: Admin, state: State) -> Any:
     with caller.acting():
-        deleted = admin.forget_user(state.engine, user_id, tenant_id=caller.tenant_id)
+        deleted = ops.forget_user(state.engine, user_id, tenant_id=caller.tenant_id)
     if not any(deleted.values()):
         raise not_found(f"nothing is stored of user {user_id!r}")
     return {"deleted": deleted}
