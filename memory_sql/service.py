@@ -34,8 +34,7 @@ from . import migrations
 from .config import MemoryConfig
 from .database import check_writable, create_engine
 from .errors import LeaseLostError
-from .intake.filter import filter_messages_for_memory, has_minimum_dialogue
-from .intake.signals import detect_signals
+from .intake import KeptConversation, take_conversation
 from .models import MemoryDocument, utcnow
 from .pattern_files import load_patterns
 from .queue import PendingUpdate, RunOutcome, Spool, UpdateQueue, UpdateWorker, manage
@@ -200,11 +199,45 @@ class MemoryService:
             return False
         scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=tenant_id)
         check_thread_id(thread_id)
-        filtered = filter_messages_for_memory(messages, patterns=self._patterns)
-        if not has_minimum_dialogue(filtered):
+        return self._queue_kept(self.take_conversation(messages), scope, thread_id, immediate)
+
+    def take_conversation(self, messages: Iterable[Any]) -> KeptConversation:
+        """``messages`` through intake with this service's patterns: the kept turns and their
+        signals, as the queue would store them (see :meth:`queue_kept`).
+
+        Raises:
+            InvalidMessageError: a message is malformed or its text is not valid Unicode.
+        """
+        return take_conversation(messages, patterns=self._patterns)
+
+    def queue_kept(
+        self,
+        kept: KeptConversation,
+        *,
+        thread_id: str,
+        user_id: str | None = None,
+        agent_name: str | None = None,
+        tenant_id: str | None = None,
+        immediate: bool = False,
+    ) -> bool:
+        """:meth:`queue_conversation` of a conversation already taken in
+        (:meth:`take_conversation`), for a caller that looked at it first (the CLI).
+
+        Raises:
+            InvalidScopeError: a name or ``thread_id`` is malformed.
+        """
+        if not self.config.enabled:
             return False
-        signals = detect_signals(filtered, patterns=self._patterns)
-        return self.spool.add(scope, thread_id, filtered, signals, immediate=immediate)
+        scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=tenant_id)
+        check_thread_id(thread_id)
+        return self._queue_kept(kept, scope, thread_id, immediate)
+
+    def _queue_kept(
+        self, kept: KeptConversation, scope: Scope, thread_id: str, immediate: bool
+    ) -> bool:
+        if not kept.learnable:
+            return False
+        return self.spool.add(scope, thread_id, kept.turns, kept.signals, immediate=immediate)
 
     def memory_context(
         self,

@@ -8,10 +8,10 @@ import json
 
 import sqlalchemy as sa
 
-import memory_sql.service
+import memory_sql.intake.conversation
 from memory_sql import MemoryConfig, MemoryService, filter_messages_for_memory
 from memory_sql.intake.messages import MAX_MESSAGE_CHARS, Message, shorten
-from memory_sql.intake.signals import detect_signals
+from memory_sql.intake.signals import detect_signals, signals_of_kept
 from memory_sql.schema import memory_pending_updates as pending
 from memory_sql.update.prompt import format_conversation
 
@@ -63,11 +63,11 @@ def test_an_upload_block_longer_than_the_cut_is_still_removed():
 def test_after_agent_queues_and_looks_for_signals_only_in_the_cut_text(tmp_path, monkeypatch):
     seen: list[int] = []
 
-    def recording(messages, **kwargs):
+    def recording(messages, *args):
         seen.extend(len(m.text) for m in messages)
-        return detect_signals(messages, **kwargs)
+        return signals_of_kept(messages, *args)
 
-    monkeypatch.setattr(memory_sql.service, "detect_signals", recording)
+    monkeypatch.setattr(memory_sql.intake.conversation, "signals_of_kept", recording)
     url = f"sqlite:///{tmp_path / 'm.db'}"
     chat = [{"role": "user", "content": PASTE}, {"role": "assistant", "content": PASTE}]
     with MemoryService(MemoryConfig(storage=url, model_name="m"), start=False) as service:

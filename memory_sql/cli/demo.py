@@ -18,8 +18,6 @@ from ..database import create_engine, redacted, resolve_url
 from ..demo import SampleConversation, load_conversations
 from ..demo.replay import MODEL, ReplayLLM, load_recordings
 from ..errors import MemorySQLError
-from ..intake.filter import filter_messages_for_memory
-from ..intake.signals import detect_signals
 from ..models import MemoryDocument
 from ..scope import Scope
 from ..service import MemoryService
@@ -178,18 +176,18 @@ def _feed(
     settings: MemoryConfig,
 ) -> None:
     scope = {"user_id": sample.user_id, "agent_name": sample.agent_name}
-    kept = filter_messages_for_memory(sample.messages)
-    found = detect_signals(kept)
+    kept = service.take_conversation(sample.messages)
+    found = kept.signals
     signals = [name for name in ("correction", "reinforcement") if getattr(found, name)]
     out.print(
         f"\n[bold][{number}/{total}] {lit(sample.title)}[/bold] ({lit(sample.language)}; "
         f"thread {lit(sample.thread_id)}): {len(sample.messages)} messages, "
-        f"{len(kept)} kept after filtering"
+        f"{len(kept.turns)} kept after filtering"
         + (f"; [magenta]{' + '.join(signals)} detected[/magenta]" if signals else ""),
         highlight=False,
     )
     before = service.storage.load(**scope)
-    if not service.after_agent(sample.messages, thread_id=sample.thread_id, **scope):
+    if not service.queue_kept(kept, thread_id=sample.thread_id, **scope):
         raise MemorySQLError(f"the sample conversation {sample.id!r} could not be queued")
     timeout = (settings.llm_max_retries + 1) * settings.llm_timeout_seconds + 10
     service.flush(timeout=timeout)

@@ -22,7 +22,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ..config import MemoryConfig
 from ..database import OutageLog, redacted
 from ..errors import ConfigError, MemorySQLError, StorageError
-from ..intake.filter import filter_messages_for_memory, has_minimum_dialogue
 from ..intake.messages import normalize_messages
 from ..schema import memory_pending_updates as pending
 from ..scope import Scope, check_thread_id
@@ -318,7 +317,8 @@ def _queue(
     assert result.keys is not None
     task = progress.add_task("queue", total=len(conversations)) if progress else None
     for item in conversations:
-        if not has_minimum_dialogue(filter_messages_for_memory(item.messages)):
+        kept = service.take_conversation(item.messages)
+        if not kept.learnable:
             result.nothing_to_learn += 1
             (progress.console if progress else err).print(
                 f"[yellow]nothing to learn:[/yellow] {lit(item.label)} has no user turn "
@@ -326,8 +326,8 @@ def _queue(
                 highlight=False,
                 soft_wrap=True,
             )
-        elif service.after_agent(
-            item.messages,
+        elif service.queue_kept(
+            kept,
             thread_id=item.thread_id,
             user_id=item.scope.user_id,
             agent_name=item.scope.agent_name,
@@ -335,8 +335,8 @@ def _queue(
         ):
             result.conversations += 1
             result.keys.add((item.scope, item.thread_id))
-        else:  # the queue refused it: the warning logged says why
-            raise MemorySQLError(f"{item.label}: could not be queued (see the warning above)")
+        else:  # memory is off
+            raise MemorySQLError(f"{item.label}: not queued: memory is off (enabled: false)")
         if progress is not None and task is not None:
             progress.advance(task)
     return result

@@ -7,19 +7,22 @@ keeps (so tool output, upload blocks and acknowledgements never trigger one); a 
 not reported when a correction is found. The patterns come from pattern files
 (:mod:`memory_sql.pattern_files`).
 
-Every detector accepts raw messages (any shape :mod:`memory_sql.messages` reads) or normalised
-ones, filtered or not, and raises :class:`~memory_sql.errors.InvalidMessageError` for a
-malformed one.
+The public detectors accept raw messages (any shape :mod:`memory_sql.intake.messages` reads)
+or normalised ones, filtered or not, filter them, and raise
+:class:`~memory_sql.errors.InvalidMessageError` for a malformed one. The pipeline itself calls
+:func:`signals_of_kept` on the turns intake has already kept
+(:func:`~memory_sql.intake.conversation.take_conversation`), so a conversation is filtered once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..pattern_files import PatternSet, load_patterns, match_text
 from .filter import filter_messages_for_memory
+from .messages import Message
 
 SIGNAL_WINDOW = 6
 
@@ -41,7 +44,12 @@ class Signals:
 def detect_signals(messages: Iterable[Any], *, patterns: PatternSet | None = None) -> Signals:
     """Correction and reinforcement of one conversation at once (see the module docstring)."""
     patterns = patterns or load_patterns()
-    texts = _window(messages, patterns)
+    return signals_of_kept(filter_messages_for_memory(messages, patterns=patterns), patterns)
+
+
+def signals_of_kept(kept: Sequence[Message], patterns: PatternSet) -> Signals:
+    """:func:`detect_signals` of turns the filter has already kept (not filtered again)."""
+    texts = _window(kept)
     if any(patterns.correction.search(text) for text in texts):
         return Signals(correction=True)
     return Signals(reinforcement=any(patterns.reinforcement.search(text) for text in texts))
@@ -50,7 +58,8 @@ def detect_signals(messages: Iterable[Any], *, patterns: PatternSet | None = Non
 def detect_correction(messages: Iterable[Any], *, patterns: PatternSet | None = None) -> bool:
     """Whether the user corrected the assistant in the recent turns."""
     patterns = patterns or load_patterns()
-    return any(patterns.correction.search(text) for text in _window(messages, patterns))
+    kept = filter_messages_for_memory(messages, patterns=patterns)
+    return any(patterns.correction.search(text) for text in _window(kept))
 
 
 def detect_reinforcement(messages: Iterable[Any], *, patterns: PatternSet | None = None) -> bool:
@@ -58,6 +67,5 @@ def detect_reinforcement(messages: Iterable[Any], *, patterns: PatternSet | None
     return detect_signals(messages, patterns=patterns).reinforcement
 
 
-def _window(messages: Iterable[Any], patterns: PatternSet) -> list[str]:
-    filtered = filter_messages_for_memory(messages, patterns=patterns)
-    return [match_text(m.text) for m in filtered if m.role == "user"][-SIGNAL_WINDOW:]
+def _window(kept: Sequence[Message]) -> list[str]:
+    return [match_text(m.text) for m in kept if m.role == "user"][-SIGNAL_WINDOW:]

@@ -1,5 +1,8 @@
-"""When updates run: the durable debounced queue, the in-process spool in front of it for
-outages, and the worker that claims and runs due rows."""
+"""Queue: when updates run.
+
+In: kept conversations from intake, debounced per thread in a durable table (with a spool in
+front of it for outages). Out: due rows, claimed under a lease by the worker and handed to the
+runner it was given (the service's update), then completed, or retried with back-off."""
 
 from __future__ import annotations
 

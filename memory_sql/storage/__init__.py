@@ -1,4 +1,8 @@
-"""Storage backends behind one contract (:class:`MemoryStorage`), chosen by :func:`open_storage`."""
+"""Storage: where memories are kept, behind one contract (:class:`MemoryStorage`).
+
+In: a memory document and the version it was read at. Out: the document as stored, at its next
+version, or a conflict. :func:`open_storage` picks the backend (SQL, or a folder of JSON files).
+"""
 
 from __future__ import annotations
 
