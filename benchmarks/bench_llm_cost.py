@@ -6,11 +6,12 @@ Run: .venv/bin/python benchmarks/bench_llm_cost.py [--threads 100] [--turns 60]
 Each thread is a seeded mix of message lengths (short questions, paragraphs, pasted code and
 logs, long answers) in English and Chinese. The debounce fires every 3 to 8 turns; after one
 update in five a second one fires with no new user turn (an agent's follow-up, a re-queued
-conversation). Every update builds the real prompt (:func:`memory_sql.prompt.build_update_prompt`,
-on a memory of 30 facts) from the conversation as the service would send it: the whole of it
-(before this revision), or the turns after the watermark plus its marked context
-(:func:`memory_sql.watermark.split`). Tokens are counted with ``make_token_counter()`` (tiktoken
-cl100k_base when installed, else the CJK-aware estimate) over the chat messages' text. The goal
+conversation). Every update builds the real prompt
+(:func:`memory_sql.update.prompt.build_update_prompt`, on a memory of 30 facts) from the
+conversation as the service would send it: the whole of it (before this revision), or the turns
+after the watermark plus its marked context (:func:`memory_sql.update.watermark.split`). Tokens
+are counted with ``make_token_counter()`` (tiktoken cl100k_base when installed, else the
+CJK-aware estimate) over the chat messages' text. The goal
 is at most 0.35× the prompt tokens of the baseline.
 """
 

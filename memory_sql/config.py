@@ -134,7 +134,7 @@ class MemoryConfig(BaseModel):
 
     The memory LLM's reply: ``llm_structured_output`` (``auto``, ``json_schema``,
     ``json_object``, ``off``) chooses how the update's JSON Schema is sent as
-    ``response_format`` (see :mod:`memory_sql.llm`). The scope gate stores only facts and
+    ``response_format`` (see :mod:`memory_sql.update.llm`). The scope gate stores only facts and
     section updates the LLM labels user-scoped, durable and descriptive;
     ``scope_gate_allow_unlabeled`` (default false) stores those without labels too, as
     before the gate (for models that leave them out).

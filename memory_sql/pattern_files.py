@@ -1,8 +1,8 @@
 """The regular expressions conversation intake uses, read from pattern files.
 
 Three files, bundled in ``memory_sql/patterns/``: ``correction.txt`` and ``reinforcement.txt``
-(searched by :mod:`memory_sql.signals`) and ``trivial.txt`` (whole-turn acknowledgements dropped
-by :mod:`memory_sql.intake`). The file format is described at the top of ``correction.txt``:
+(searched by :mod:`memory_sql.intake.signals`) and ``trivial.txt`` (whole-turn acknowledgements
+dropped by :mod:`memory_sql.intake`). The file format is described at the top of ``correction.txt``:
 one pattern per line, ``#`` comments, compiled with IGNORECASE, MULTILINE and ASCII, matched
 against NFKC-normalised text.
 

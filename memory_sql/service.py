@@ -430,7 +430,7 @@ class MemoryService:
             return self._run_for_tenant(item)
 
     def _run_for_tenant(self, item: PendingUpdate) -> RunOutcome:
-        # Only what follows the thread's watermark is new (memory_sql.watermark); the last
+        # Only what follows the thread's watermark is new (memory_sql.update.watermark); the last
         # exchange before it goes along as marked context.
         cut = self._cut(item)
         messages = cut.new if cut is not None else item.messages

@@ -1,4 +1,4 @@
-"""memory_sql.admin and the reporting views as a library, on real SQLite and PostgreSQL."""
+"""memory_sql.ops and the reporting views as a library, on real SQLite and PostgreSQL."""
 
 from __future__ import annotations
 

@@ -58,7 +58,7 @@ def cost(counter: TokenCounter, lines: list[str]) -> int:
 
 
 def assert_within_budgets(result: str, counter: TokenCounter, max_tokens: int, budget: int):
-    """The budget rules of memory_sql.injection's docstring, checked on a result."""
+    """The budget rules of memory_sql.recall.injection's docstring, checked on a result."""
     head, guaranteed, regular = split(result)
     used = cost(counter, guaranteed)
     assert used <= budget

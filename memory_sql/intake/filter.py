@@ -28,11 +28,11 @@ def filter_messages_for_memory(
     dropped together with the assistant reply that answers it. Filtering its own output
     changes nothing.
 
-    A kept turn longer than :data:`~memory_sql.messages.MAX_MESSAGE_CHARS` is cut to its head
-    and tail (:func:`~memory_sql.messages.shorten`, what the update prompt shows of it anyway)
-    before the trivial check and before any signal is looked for, so the work a turn costs is
-    bounded whatever was pasted into it. Upload blocks are removed first, from the whole text
-    (a linear scan), since a block's closing tag may lie in the part cut out.
+    A kept turn longer than :data:`~memory_sql.intake.messages.MAX_MESSAGE_CHARS` is cut to its
+    head and tail (:func:`~memory_sql.intake.messages.shorten`, what the update prompt shows of
+    it anyway) before the trivial check and before any signal is looked for, so the work a turn
+    costs is bounded whatever was pasted into it. Upload blocks are removed first, from the whole
+    text (a linear scan), since a block's closing tag may lie in the part cut out.
 
     ``patterns`` defaults to the bundled ones (:func:`~memory_sql.pattern_files.load_patterns`).
 

@@ -24,8 +24,8 @@ LLM request or database row could carry it.
 
 Memory never needs more of one message than :data:`MAX_MESSAGE_CHARS`: :func:`shorten` keeps
 the head and the tail of a longer text around a marker. Intake cuts every kept turn so
-(:func:`memory_sql.intake.filter_messages_for_memory`), and the update prompt shows each
-message at most so long (:mod:`memory_sql.prompt`), so the cut loses nothing the LLM would
+(:func:`memory_sql.intake.filter.filter_messages_for_memory`), and the update prompt shows each
+message at most so long (:mod:`memory_sql.update.prompt`), so the cut loses nothing the LLM would
 have seen, and a 5 MB paste costs the agent's turn no more than a 2 kB one.
 """
 

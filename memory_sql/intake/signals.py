@@ -2,10 +2,10 @@
 
 A correction ("that's wrong", "不对") tells the updater to revise or remove old facts more
 readily; a reinforcement ("yes, exactly", "完全正确") tells it to keep them. Both are searched in
-the last :data:`SIGNAL_WINDOW` user turns that :func:`~memory_sql.intake.filter_messages_for_memory`
-keeps (so tool output, upload blocks and acknowledgements never trigger one); a reinforcement is
-not reported when a correction is found. The patterns come from pattern files
-(:mod:`memory_sql.pattern_files`).
+the last :data:`SIGNAL_WINDOW` user turns that intake keeps
+(:func:`~memory_sql.intake.filter.filter_messages_for_memory`: so tool output, upload blocks and
+acknowledgements never trigger one); a reinforcement is not reported when a correction is found.
+The patterns come from pattern files (:mod:`memory_sql.pattern_files`).
 
 The public detectors accept raw messages (any shape :mod:`memory_sql.intake.messages` reads)
 or normalised ones, filtered or not, filter them, and raise

@@ -1,6 +1,6 @@
 """Reading the memory LLM's reply: find the JSON object in it and validate its shape.
 
-The reply should be one JSON object (the shape is spelled out in :mod:`memory_sql.prompt`)::
+The reply should be one JSON object (the shape is spelled out in :mod:`memory_sql.update.prompt`)::
 
     {"user": {"workContext": {"summary": "…", "shouldUpdate": true}, …},
      "history": {"recentMonths": {"summary": "…", "shouldUpdate": false}, …},
@@ -32,7 +32,7 @@ was):
   ``project``), ``durability`` (``durable`` | ``temporary``), ``authority`` (``descriptive`` |
   ``transactional``). Each is optional here and read lower-cased; a label that is not a string
   is kept as ``"invalid"``. They never reject a reply: the updater's scope gate
-  (:func:`memory_sql.updater.gate_reason`) decides what a missing or unknown label means.
+  (:func:`memory_sql.update.updater.gate_reason`) decides what a missing or unknown label means.
 - Keys may be camelCase or snake_case (``shouldUpdate``/``should_update``, ``newFacts``/
   ``new_facts``, ``workContext``/``work_context``, …); other keys are ignored.
 

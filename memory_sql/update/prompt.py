@@ -25,9 +25,9 @@ the confidence bands, and the exact JSON to answer with. The user message carrie
 Everything taken from memory or from the conversation is HTML-escaped (``<``, ``>``, ``&``), so
 no stored text and no user message can close a tag of the prompt or forge one; memory text is
 also folded onto one line, so it cannot start a fact line of its own. A message longer than
-:data:`~memory_sql.messages.MAX_MESSAGE_CHARS` keeps its head and tail around a marker
-(:func:`~memory_sql.messages.shorten`; intake has cut it so already); when the conversation is
-longer than :data:`MAX_CONVERSATION_CHARS`, its oldest messages are left out (and counted).
+:data:`~memory_sql.intake.messages.MAX_MESSAGE_CHARS` keeps its head and tail around a marker
+(:func:`~memory_sql.intake.messages.shorten`; intake has cut it so already); when the conversation
+is longer than :data:`MAX_CONVERSATION_CHARS`, its oldest messages are left out (and counted).
 """
 
 from __future__ import annotations
@@ -161,8 +161,8 @@ def build_update_prompt(
 
     ``correction`` and ``reinforcement`` choose the mode (both may be set; neither is the
     normal mode); each adds its instruction to the user message. ``context``, when given, is
-    the already-learned exchange just before ``conversation`` (see :mod:`memory_sql.watermark`),
-    shown in an ``<earlier_context>`` block marked as such.
+    the already-learned exchange just before ``conversation`` (see
+    :mod:`memory_sql.update.watermark`), shown in an ``<earlier_context>`` block marked as such.
     """
     flags = (("correction", correction), ("reinforcement", reinforcement))
     modes = [name for name, on in flags if on] or ["normal"]

@@ -1,7 +1,7 @@
 """Updating a stored memory from a finished conversation: prompt, LLM, parse, apply, save.
 
 :meth:`MemoryUpdater.update_memory` loads the scope's memory, asks the LLM once
-(:mod:`memory_sql.prompt`), reads its reply (:mod:`memory_sql.update_parser`), applies it
+(:mod:`memory_sql.update.prompt`), reads its reply (:mod:`memory_sql.update.parser`), applies it
 (:func:`apply_update`) and saves with ``expected_version``. When another writer saved first,
 the memory is loaded again and the same reply applied to it, without asking the LLM again, after
 a jittered back-off, up to :data:`MAX_SAVE_ATTEMPTS` saves in all; a run that still loses
@@ -341,7 +341,7 @@ class MemoryUpdater:
     ) -> UpdateResult:
         """Update the memory of the scope from one conversation.
 
-        ``messages`` are raw chat messages (any shape :mod:`memory_sql.messages` reads) or
+        ``messages`` are raw chat messages (any shape :mod:`memory_sql.intake.messages` reads) or
         :class:`~memory_sql.Message` objects; they are filtered with
         :func:`~memory_sql.filter_messages_for_memory`, then go to :meth:`update_from`.
 

@@ -1,7 +1,7 @@
 """The memory LLM of the DeerFlow backend: the host's chat model, and the host's callbacks.
 
 The updater asks its LLM through one method, ``complete(messages, **options) -> Completion``
-(:class:`memory_sql.llm.LLMClient`), and reads ``model`` (for the "no model" warning) and
+(:class:`memory_sql.update.llm.LLMClient`), and reads ``model`` (for the "no model" warning) and
 ``close()``. Two things here have that interface:
 
 - :class:`HostChatModel` wraps the host's default LangChain chat model (whatever
@@ -9,7 +9,7 @@ The updater asks its LLM through one method, ``complete(messages, **options) -> 
   model settings for memory. The prompt goes to ``model.invoke(messages, config=…)`` as
   role/content dicts; the reply's text (a string, or the text of its content blocks) and its
   token usage (``usage_metadata``, else ``response_metadata["token_usage"]``) make the
-  :class:`~memory_sql.llm.Completion`, so that ``UpdateResult`` and the usage reports count
+  :class:`~memory_sql.update.llm.Completion`, so that ``UpdateResult`` and the usage reports count
   it like any other call. Any exception of the model becomes an
   :class:`~memory_sql.LLMError`, which the updater records as a failed run (retried).
   Structured-output options the updater passes (``schema``) are not sent: the prompt asks for
@@ -61,7 +61,7 @@ CURRENT_UPDATE: ContextVar[UpdateContext | None] = ContextVar(
 
 
 class HostChatModel:
-    """The host's chat model behind the interface of :class:`memory_sql.llm.LLMClient`."""
+    """The host's chat model behind the interface of :class:`memory_sql.update.llm.LLMClient`."""
 
     def __init__(self, chat_model: Any) -> None:
         if not callable(getattr(chat_model, "invoke", None)):
