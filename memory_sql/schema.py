@@ -146,6 +146,21 @@ memory_facts = Table(
     Column("source_error", Text, nullable=True),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
+    Column(
+        "search_text",
+        Text,
+        nullable=False,
+        server_default="",
+        comment="the searchable form of content (memory_sql.text_search.search_text)",
+    ),
+    Column(
+        "access_count",
+        Integer,
+        nullable=False,
+        server_default="0",
+        comment="times shown in a ranked context (written in the background, lossy)",
+    ),
+    Column("last_accessed_at", UTCDateTime, nullable=True),
     _scope_fk(),
     CheckConstraint("confidence >= 0 AND confidence <= 1", name="confidence_range"),
     UniqueConstraint(

@@ -140,6 +140,7 @@ class DriverStatements:
         self.seen: list[str] = []
         self.engine = engine
         self.sqlite = engine.dialect.name == "sqlite"
+        self._after_nested = False
         # Connections the driver's path keeps between calls are closed, so that every
         # statement counted runs on a connection checked out after this point.
         release_idle(engine)
@@ -148,7 +149,7 @@ class DriverStatements:
 
     def _watch(self, dbapi_connection, record, proxy) -> None:
         if self.sqlite:
-            dbapi_connection.set_trace_callback(self.seen.append)
+            dbapi_connection.set_trace_callback(self._sqlite_statement)
             return
         import psycopg
 
@@ -175,6 +176,20 @@ class DriverStatements:
         event.remove(self.engine, "checkout", self._watch)
         event.remove(self.engine, "checkin", self._unwatch)
         release_idle(self.engine)  # kept ones were watched, and would stay so
+
+    def _sqlite_statement(self, statement: str) -> None:
+        # What the FTS5 index runs itself (its triggers' statements, "-- "-prefixed, and its
+        # checks of the file's version) is not the driver's; after such a nested statement
+        # sqlite3 traces the outer one a second time.
+        nested = statement.startswith("-- ") or "memory_facts_fts" in statement
+        if nested or statement == "PRAGMA 'main'.data_version":
+            self._after_nested = True
+            return
+        if self._after_nested and self.seen and self.seen[-1] == statement:
+            self._after_nested = False
+            return
+        self._after_nested = False
+        self.seen.append(statement)
 
     def of_memory(self) -> list[str]:
         return [s for s in self.seen if "memory_" in s]

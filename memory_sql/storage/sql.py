@@ -37,6 +37,7 @@ from ..schema import (
     memory_sections,
 )
 from ..scope import Scope
+from ..text_search import search_text
 from .base import (
     Changes,
     MemoryStorage,
@@ -124,6 +125,7 @@ def _fact_columns(fact: Fact) -> dict[str, Any]:
         "fact_id": fact.id,
         "content": fact.content,
         "content_key": fact_digest(fact.content),
+        "search_text": search_text(fact.content),
         "category": fact.category,
         "confidence": fact.confidence,
         "source_thread_id": fact.source_thread_id,
@@ -140,6 +142,7 @@ def _fact_row(scope: Scope, fact: Fact) -> dict[str, Any]:
 _UPDATED_COLUMNS = (
     "content",
     "content_key",
+    "search_text",
     "category",
     "confidence",
     "source_thread_id",
@@ -231,8 +234,8 @@ _HEAD_INSERT = """
     ON CONFLICT DO NOTHING
     RETURNING created_at"""
 _SCOPED = "tenant_id = %(tenant)s AND user_id = %(user)s AND agent_name = %(agent)s"
-_FACT_RECORD = """fact_id text, content text, content_key text, category text,
-                confidence float8, source_thread_id text, source_error text,
+_FACT_RECORD = """fact_id text, content text, content_key text, search_text text,
+                category text, confidence float8, source_thread_id text, source_error text,
                 created_at timestamptz, updated_at timestamptz"""
 _WRITES = {
     "deleted": f"""
@@ -240,7 +243,8 @@ _WRITES = {
     WHERE {_SCOPED} AND fact_id = ANY(%(deleted)s::text[]) AND EXISTS (SELECT FROM head)""",
     "updated": f"""
     UPDATE memory_facts AS f
-    SET content = v.content, content_key = v.content_key, category = v.category,
+    SET content = v.content, content_key = v.content_key, search_text = v.search_text,
+        category = v.category,
         confidence = v.confidence, source_thread_id = v.source_thread_id,
         source_error = v.source_error, updated_at = v.updated_at
     FROM json_to_recordset(%(updated)s::json) AS v({_FACT_RECORD})
@@ -249,8 +253,8 @@ _WRITES = {
       AND EXISTS (SELECT FROM head)""",
     "inserted": f"""
     INSERT INTO memory_facts (tenant_id, user_id, agent_name, fact_id, content, content_key,
-                              category, confidence, source_thread_id, source_error,
-                              created_at, updated_at)
+                              search_text, category, confidence, source_thread_id,
+                              source_error, created_at, updated_at)
     SELECT %(tenant)s, %(user)s, %(agent)s, v.*
     FROM json_to_recordset(%(inserted)s::json) AS v({_FACT_RECORD})
     WHERE EXISTS (SELECT FROM head)""",
@@ -278,16 +282,18 @@ _WRITES = {
     # anew at every execution, costs more to plan than to run.
     "updated_one": f"""
     UPDATE memory_facts
-    SET content = %(u_content)s, content_key = %(u_content_key)s, category = %(u_category)s,
+    SET content = %(u_content)s, content_key = %(u_content_key)s,
+        search_text = %(u_search_text)s, category = %(u_category)s,
         confidence = %(u_confidence)s, source_thread_id = %(u_source_thread_id)s,
         source_error = %(u_source_error)s, updated_at = %(u_updated_at)s
     WHERE {_SCOPED} AND fact_id = %(u_fact_id)s AND EXISTS (SELECT FROM head)""",
     "inserted_one": """
     INSERT INTO memory_facts (tenant_id, user_id, agent_name, fact_id, content, content_key,
-                              category, confidence, source_thread_id, source_error,
-                              created_at, updated_at)
+                              search_text, category, confidence, source_thread_id,
+                              source_error, created_at, updated_at)
     SELECT %(tenant)s, %(user)s, %(agent)s, %(i_fact_id)s::text, %(i_content)s::text,
-           %(i_content_key)s::text, %(i_category)s::text, %(i_confidence)s::float8,
+           %(i_content_key)s::text, %(i_search_text)s::text, %(i_category)s::text,
+           %(i_confidence)s::float8,
            %(i_source_thread_id)s::text, %(i_source_error)s::text,
            %(i_created_at)s::timestamptz, %(i_updated_at)s::timestamptz
     WHERE EXISTS (SELECT FROM head)""",
@@ -473,7 +479,13 @@ _UPDATE_FACT = (
     .where(_by_fact_id(memory_facts))
     .values({name: sa.bindparam(f"w_{name}") for name in _UPDATED_COLUMNS})
 )
-_INSERT_FACT = sa.insert(memory_facts)
+# Only the columns a fact row gives (the access heat keeps its server defaults).
+_INSERT_FACT = sa.insert(memory_facts).values(
+    {
+        name: sa.bindparam(name)
+        for name in (*_scope_values(Scope.of()), *_fact_columns(Fact(content="x")))
+    }
+)
 _INSERT_EVENT = sa.insert(memory_fact_events)
 _DELETE_SECTION = sa.delete(memory_sections).where(
     _in_scope(memory_sections), memory_sections.c.section == sa.bindparam("w_section")
