@@ -91,6 +91,18 @@ _NUMBER_FIELDS = (
     "server_max_body_bytes",
     "server_max_messages",
     "server_max_message_chars",
+    "recall_relevance_weight",
+    "recall_confidence_weight",
+    "recall_recency_weight",
+    "recall_recency_half_life_days",
+    "recall_duplicate_overlap",
+    "recall_candidates",
+    "access_heat_flush_seconds",
+    "eviction_confidence_weight",
+    "eviction_freshness_weight",
+    "eviction_heat_weight",
+    "eviction_freshness_half_life_days",
+    "eviction_guaranteed_share",
 )
 _OPTIONAL_TEXT_FIELDS = (
     "model_name",
@@ -142,6 +154,20 @@ class MemoryConfig(BaseModel):
     The HTTP service (``memory-sql serve``) refuses, with 413 naming the limit, a request body
     over ``server_max_body_bytes``, a conversation of more than ``server_max_messages``
     messages, and a message of more than ``server_max_message_chars`` characters.
+
+    Recall with a query (:mod:`memory_sql.recall.ranking`): ``recall_relevance_weight``,
+    ``recall_confidence_weight`` and ``recall_recency_weight`` weigh the score (the recency
+    halving every ``recall_recency_half_life_days``), ``recall_duplicate_overlap`` is the term
+    overlap from which a fact counts as a near-duplicate of a better one, and
+    ``recall_candidates`` how many text matches the index returns. Shown facts' access heat is
+    written every ``access_heat_flush_seconds``.
+
+    Eviction above ``max_facts``: ``eviction_policy`` ``confidence`` (lowest confidence goes
+    first) or ``hybrid`` (:func:`memory_sql.update.eviction.evict`: the lowest of
+    ``eviction_confidence_weight`` · confidence + ``eviction_freshness_weight`` · freshness
+    (halving every ``eviction_freshness_half_life_days``) + ``eviction_heat_weight`` · access
+    heat goes first, with ``eviction_guaranteed_share`` of ``max_facts`` kept for the
+    guaranteed categories).
     """
 
     # protected_namespaces=(): the seed's key ``model_name`` is no pydantic method (pydantic
@@ -187,6 +213,19 @@ class MemoryConfig(BaseModel):
     server_max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, le=1024**3)
     server_max_messages: int = Field(1000, ge=2, le=1_000_000)
     server_max_message_chars: int = Field(100_000, ge=100, le=100_000_000)
+    recall_relevance_weight: float = Field(1.0, ge=0, le=100)
+    recall_confidence_weight: float = Field(0.2, ge=0, le=100)
+    recall_recency_weight: float = Field(0.1, ge=0, le=100)
+    recall_recency_half_life_days: float = Field(180.0, gt=0, le=36500)
+    recall_duplicate_overlap: float = Field(0.7, gt=0, le=1)
+    recall_candidates: int = Field(100, ge=1, le=2000)
+    access_heat_flush_seconds: float = Field(30.0, gt=0, le=86400)
+    eviction_policy: Literal["confidence", "hybrid"] = "confidence"
+    eviction_confidence_weight: float = Field(0.5, ge=0, le=100)
+    eviction_freshness_weight: float = Field(0.3, ge=0, le=100)
+    eviction_heat_weight: float = Field(0.2, ge=0, le=100)
+    eviction_freshness_half_life_days: float = Field(90.0, gt=0, le=36500)
+    eviction_guaranteed_share: float = Field(0.1, ge=0, le=1)
 
     def __init__(self, **data: Any) -> None:
         """Build from keyword arguments (no environment); :class:`ConfigError` if invalid.
@@ -513,6 +552,7 @@ def _allowed(key: str) -> str:
         "patterns_dir": "a folder of pattern files",
         "max_debounce_seconds": "at least debounce_seconds",
         "llm_structured_output": "auto, json_schema, json_object or off",
+        "eviction_policy": "confidence or hybrid",
     }
     bounds: dict[str, float] = {}
     for rule in field.metadata:

@@ -39,7 +39,7 @@ from .models import MemoryDocument, utcnow
 from .pattern_files import load_patterns
 from .queue import PendingUpdate, RunOutcome, Spool, UpdateQueue, UpdateWorker, manage
 from .queue.manage import QueueChange, QueuedUpdate, UpdateKey
-from .recall.injection import render_memory_block
+from .recall.context import Recall
 from .scope import Scope, check_thread_id
 from .storage import FileStorage, MemoryStorage, SQLStorage, load_storage_class
 from .tenancy import acting_for
@@ -105,6 +105,7 @@ class MemoryService:
         self.counter = make_token_counter(
             self.config.token_counting, self.config.tiktoken_encoding_file
         )
+        self.recall = Recall(self.config, self.storage, self.counter)
         self.worker = UpdateWorker(
             self.queue,
             self._run,
@@ -246,33 +247,48 @@ class MemoryService:
         agent_name: str | None = None,
         tenant_id: str | None = None,
         today: date | None = None,
+        query: str | Iterable[Any] | None = None,
     ) -> str:
         """The memory block for the system prompt (a date reminder and ``<user_memory>``), or
-        ``""`` when there is nothing to show or memory is off or failing. Never raises."""
+        ``""`` when there is nothing to show or memory is off or failing. Never raises.
+
+        ``query``, the turn about to be answered (a string) or the conversation so far
+        (messages; its last user turns are used), chooses the facts by relevance to it
+        (:mod:`memory_sql.recall.ranking`); without one, by category and confidence.
+        """
         if not self.config.enabled:
             return ""
         try:
-            doc = self.storage.load(user_id=user_id, agent_name=agent_name, tenant_id=tenant_id)
-            return self.render_context(doc, today=today)
+            scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=tenant_id)
+            doc = self.storage.load(**scope.arguments())
+            return self.recall.render(doc, scope, query=query, today=today)
         except Exception:
             self._problem(
                 "memory_sql: cannot read the memory of user %r, agent %r", user_id, agent_name
             )
             return ""
 
-    def render_context(self, doc: MemoryDocument, *, today: date | None = None) -> str:
+    def render_context(
+        self,
+        doc: MemoryDocument,
+        *,
+        today: date | None = None,
+        scope: Scope | None = None,
+        query: str | Iterable[Any] | None = None,
+    ) -> str:
         """``doc`` as :meth:`memory_context` renders it, with this service's token budget and
-        guaranteed categories (``""`` when memory is off), for a caller that loaded it."""
+        guaranteed categories (``""`` when memory is off), for a caller that loaded it (the
+        memory of ``scope``, needed with a ``query``).
+
+        Raises:
+            InvalidMessageError: ``query`` holds a malformed message.
+            StorageError: the full-text index could not be read.
+        """
         if not self.config.enabled:
             return ""
-        return render_memory_block(
-            doc,
-            today=today,
-            max_tokens=self.config.injected_memory_max_tokens,
-            guaranteed_categories=self.config.guaranteed_categories,
-            guaranteed_token_budget=self.config.guaranteed_token_budget,
-            counter=self.counter,
-        )
+        if query is not None and scope is None:
+            raise ValueError("render_context: a query needs the memory's scope")
+        return self.recall.render(doc, scope or Scope.of(), query=query, today=today)
 
     # operating it ----------------------------------------------------------------------------
 
@@ -381,6 +397,7 @@ class MemoryService:
             return True
         self._closed = True
         self.spool.close()
+        self.recall.close()
         finished = self.worker.stop(timeout)
         if not finished:
             logger.warning("memory_sql: closed with updates still running; they finish alone")

@@ -29,6 +29,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "migrations",
             "pattern_files",
             "tokens",
+            "text_search",
             "config",
         },
     ),

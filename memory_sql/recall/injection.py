@@ -28,6 +28,9 @@ Budgets, counted with one :class:`~memory_sql.tokens.TokenCounter`:
 - Facts of a guaranteed category go first, highest confidence first (ties keep their stored
   order), while their costs fit in ``guaranteed_token_budget``; call the sum of the costs of
   the guaranteed lines shown ``G``.
+- The other facts are offered in ``ranking``'s order when one is given (fact ids, best first:
+  :mod:`memory_sql.recall.ranking`), the facts it leaves out after them; else, and then, by
+  confidence, highest first.
 - The head is cut first so that the regular facts keep a share: call ``A = max_tokens − G``
   what the guaranteed lines leave, and ``F`` what every regular fact line and the header
   would cost together (0 with no regular fact). The head gets at most half of ``A``, or
@@ -61,7 +64,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Sequence
 from datetime import date, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..models import Fact, MemoryDocument, Section
 from ..tokens import EstimateCounter, TokenCounter, make_token_counter
@@ -150,13 +153,44 @@ def format_memory_for_injection(
     counter: TokenCounter | None = None,
     *,
     cache: TokenCountCache | None = None,
+    ranking: Sequence[str] | None = None,
 ) -> str:
     """The memory as prompt text within the budgets described in the module docstring.
 
     Returns ``""`` for a memory with nothing to show. ``counter`` defaults to
-    ``make_token_counter()``; ``cache`` to the process-wide one. Should the counter raise, the
+    ``make_token_counter()``; ``cache`` to the process-wide one. ``ranking`` (fact ids, best
+    first) orders the facts outside the guaranteed categories. Should the counter raise, the
     memory is formatted with :class:`~memory_sql.tokens.EstimateCounter` instead.
     """
+    return format_memory(
+        memory,
+        max_tokens,
+        guaranteed_categories,
+        guaranteed_token_budget,
+        counter,
+        cache=cache,
+        ranking=ranking,
+    ).text
+
+
+class Formatted(NamedTuple):
+    """A formatted memory, and the ids of the facts it shows."""
+
+    text: str
+    shown: list[str]
+
+
+def format_memory(
+    memory: MemoryDocument,
+    max_tokens: int = 2000,
+    guaranteed_categories: Iterable[str] = ("correction",),
+    guaranteed_token_budget: int = 500,
+    counter: TokenCounter | None = None,
+    *,
+    cache: TokenCountCache | None = None,
+    ranking: Sequence[str] | None = None,
+) -> Formatted:
+    """:func:`format_memory_for_injection`, with the ids of the facts shown."""
     counter = counter if counter is not None else make_token_counter()
     cache = cache if cache is not None else _DEFAULT_CACHE
     if isinstance(guaranteed_categories, str):
@@ -164,7 +198,7 @@ def format_memory_for_injection(
     guaranteed = frozenset(c.strip().lower() for c in guaranteed_categories)
     try:
         return _Formatter(counter, cache).format(
-            memory, max_tokens, guaranteed, guaranteed_token_budget
+            memory, max_tokens, guaranteed, guaranteed_token_budget, ranking
         )
     except Exception:
         if isinstance(counter, EstimateCounter):
@@ -174,7 +208,7 @@ def format_memory_for_injection(
             getattr(counter, "name", counter),
         )
         return _Formatter(EstimateCounter(), cache).format(
-            memory, max_tokens, guaranteed, guaranteed_token_budget
+            memory, max_tokens, guaranteed, guaranteed_token_budget, ranking
         )
 
 
@@ -186,6 +220,7 @@ def render_memory_block(
     guaranteed_categories: Iterable[str] = ("correction",),
     guaranteed_token_budget: int = 500,
     counter: TokenCounter | None = None,
+    ranking: Sequence[str] | None = None,
 ) -> str:
     """The block handed to the agent, or ``""`` when the memory has nothing to show::
 
@@ -196,11 +231,18 @@ def render_memory_block(
         …format_memory_for_injection(memory, …)…
         </user_memory>
 
-    ``today`` defaults to the local date of this machine.
+    ``today`` defaults to the local date of this machine; ``ranking`` is
+    :func:`format_memory_for_injection`'s.
     """
-    text = format_memory_for_injection(
-        memory, max_tokens, guaranteed_categories, guaranteed_token_budget, counter
+    formatted = format_memory(
+        memory, max_tokens, guaranteed_categories, guaranteed_token_budget, counter, ranking=ranking
     )
+    return wrap_block(formatted.text, today)
+
+
+def wrap_block(text: str, today: date | None = None) -> str:
+    """Formatted memory text inside the block :func:`render_memory_block` makes (``""`` for
+    none)."""
     if not text:
         return ""
     return f"{date_reminder(today)}\n<user_memory>\n{text}\n</user_memory>"
@@ -229,7 +271,8 @@ class _Formatter:
         max_tokens: int,
         guaranteed: frozenset[str],
         guaranteed_budget: int,
-    ) -> str:
+        ranking: Sequence[str] | None = None,
+    ) -> Formatted:
         head = "\n\n".join(
             part
             for part in (
@@ -239,9 +282,19 @@ class _Formatter:
             if part
         )
         by_confidence = sorted(memory.facts, key=lambda f: -f.confidence)
+        ids_of_lines: dict[str, str] = {}
+        if ranking:
+            position = {fact_id: index for index, fact_id in enumerate(ranking)}
+            last = len(position)
+            # Guaranteed facts keep their own order (by confidence); a stable sort keeps the
+            # unranked after the ranked, by confidence.
+            by_confidence.sort(
+                key=lambda f: 0 if f.category in guaranteed else position.get(f.id, last)
+            )
         pools: tuple[list[tuple[str, int]], list[tuple[str, int]]] = ([], [])
         for fact, line in zip(by_confidence, self._fact_lines(by_confidence), strict=True):
             pools[fact.category in guaranteed].append(line)
+            ids_of_lines[line[0]] = fact.id
         kept, used = _fill(pools[True], guaranteed_budget)
         header = "\n\n" + FACTS_HEADER if head else FACTS_HEADER
         whole = head
@@ -277,8 +330,9 @@ class _Formatter:
             else:
                 break
         if not (kept or regular):
-            return head
-        return _join(head, FACTS_HEADER + "".join(kept) + "".join(regular))
+            return Formatted(head, [])
+        shown = [ids_of_lines[line] for line in kept + regular]
+        return Formatted(_join(head, FACTS_HEADER + "".join(kept) + "".join(regular)), shown)
 
     def _fact_lines(self, facts: list[Fact]) -> list[tuple[str, int]]:
         """``("\\n- [category | 0.85] content", its token count)`` for each fact."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import compress, islice
@@ -12,6 +13,7 @@ from types import TracebackType
 from ..errors import DuplicateFactError
 from ..models import Fact, MemoryDocument, Section, copy_model
 from ..scope import Scope
+from .search import score_in_memory
 
 
 class MemoryStorage(ABC):
@@ -72,6 +74,27 @@ class MemoryStorage(ABC):
         """
         scope, expected = _checked_save(doc, user_id, agent_name, tenant_id, expected_version)
         return self._save(scope, doc, expected)
+
+    def match_facts(
+        self, doc: MemoryDocument, scope: Scope, terms: Sequence[str], *, limit: int = 100
+    ) -> list[tuple[str, float]]:
+        """The ids of up to ``limit`` facts of ``doc`` (the memory of ``scope`` as just loaded)
+        that hold any of ``terms`` (:func:`memory_sql.text_search.query_terms`), each with its
+        BM25 score, best first. A backend with a full-text index asks it (the ids may then
+        include facts saved since ``doc`` was loaded); this one scores ``doc`` itself.
+
+        Raises:
+            StorageError: the backend could not be read.
+        """
+        return score_in_memory(doc.facts, terms, limit=limit)
+
+    def record_access(self, counts: Mapping[tuple[Scope, str], tuple[int, datetime]]) -> None:  # noqa: B027
+        """Add to the access heat of facts (``(scope, fact id)``: times shown, last shown); a
+        backend that keeps none ignores it. Facts gone since are skipped.
+
+        Raises:
+            StorageError: the backend could not be written.
+        """
 
     def close(self) -> None:  # noqa: B027 - backends with nothing to release need not override
         """Release connections and files. The storage must not be used afterwards."""

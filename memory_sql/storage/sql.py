@@ -6,7 +6,7 @@ import functools
 import hashlib
 import json
 import operator
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from datetime import datetime, timezone
 from typing import Any
@@ -31,12 +31,14 @@ from ..models import (
 )
 from ..schema import (
     FACT_COLUMNS,
+    UTCDateTime,
     memory_fact_events,
     memory_facts,
     memory_scopes,
     memory_sections,
 )
 from ..scope import Scope
+from ..tenancy import acting_for
 from ..text_search import search_text
 from .base import (
     Changes,
@@ -56,6 +58,7 @@ from .driver import (
     sqlite_times,
     unobserved,
 )
+from .search import match_facts
 
 
 def _in_scope(table: sa.Table) -> sa.ColumnElement[bool]:
@@ -479,6 +482,15 @@ _UPDATE_FACT = (
     .where(_by_fact_id(memory_facts))
     .values({name: sa.bindparam(f"w_{name}") for name in _UPDATED_COLUMNS})
 )
+_RECORD_ACCESS = (
+    sa.update(memory_facts)
+    .where(_in_scope(memory_facts), memory_facts.c.fact_id == sa.bindparam("w_fact_id"))
+    .values(
+        access_count=memory_facts.c.access_count + sa.bindparam("times", type_=sa.Integer),
+        last_accessed_at=sa.bindparam("last", type_=UTCDateTime),
+    )
+)
+
 # Only the columns a fact row gives (the access heat keeps its server defaults).
 _INSERT_FACT = sa.insert(memory_facts).values(
     {
@@ -586,6 +598,24 @@ class SQLStorage(MemoryStorage):
         self._cache.clear()
         if self._owns_engine:
             self.engine.dispose()
+
+    # the full-text index ---------------------------------------------------------------------
+
+    def match_facts(
+        self, doc: MemoryDocument, scope: Scope, terms: Sequence[str], *, limit: int = 100
+    ) -> list[tuple[str, float]]:
+        with database_errors(self.engine, f"search the memory {scope}"):
+            return match_facts(self.engine, scope, terms, facts=len(doc.facts), limit=limit)
+
+    def record_access(self, counts: Mapping[tuple[Scope, str], tuple[int, datetime]]) -> None:
+        by_tenant: dict[str, list[dict[str, Any]]] = {}
+        for (scope, fact_id), (times, last) in counts.items():
+            row = {**_scope_params(scope), "w_fact_id": fact_id, "times": times, "last": last}
+            by_tenant.setdefault(scope.tenant_id, []).append(row)
+        with database_errors(self.engine, "record the access heat of facts"):
+            for tenant, rows in by_tenant.items():
+                with acting_for(tenant), self.engine.begin() as conn:
+                    conn.execute(_RECORD_ACCESS, rows)
 
     # load ------------------------------------------------------------------------------------
 

@@ -1,0 +1,94 @@
+"""The memory block for the next conversation, chosen for it when there is a query.
+
+:class:`Recall` renders a loaded memory within the config's budgets. Without a query the facts
+come by category and confidence (:mod:`memory_sql.recall.injection`); with one (the turn about
+to be answered, or the conversation so far), the database's full-text index finds the facts
+that share its terms and :mod:`memory_sql.recall.ranking` orders them; those that fit the budget
+are counted as shown (:mod:`memory_sql.recall.heat`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import date
+from typing import Any
+
+from ..config import MemoryConfig
+from ..models import MemoryDocument
+from ..scope import Scope
+from ..storage import MemoryStorage
+from ..text_search import query_terms
+from ..tokens import TokenCounter
+from .heat import AccessHeat
+from .injection import format_memory, wrap_block
+from .ranking import RankingWeights, query_text, rank_facts
+
+Query = str | Iterable[Any]
+"""A query: text, or the messages of a conversation (its last user turns are used)."""
+
+
+class Recall:
+    """Renders memories for prompts with one config's budgets and weights; shown facts' heat
+    goes to ``storage`` in the background. Safe to share between threads."""
+
+    def __init__(self, config: MemoryConfig, storage: MemoryStorage, counter: TokenCounter) -> None:
+        self.config = config
+        self.storage = storage
+        self.counter = counter
+        self.weights = RankingWeights(
+            relevance=config.recall_relevance_weight,
+            confidence=config.recall_confidence_weight,
+            recency=config.recall_recency_weight,
+            recency_half_life_days=config.recall_recency_half_life_days,
+            duplicate_overlap=config.recall_duplicate_overlap,
+            candidates=config.recall_candidates,
+        )
+        self.heat = AccessHeat(storage, config.access_heat_flush_seconds)
+
+    def ranking(self, doc: MemoryDocument, scope: Scope, query: Query) -> list[str]:
+        """The ids of ``doc``'s facts that match ``query``, best first (empty: none match).
+
+        Raises:
+            InvalidMessageError: ``query`` holds a malformed message.
+            StorageError: the index could not be read.
+        """
+        terms = query_terms(query_text(query))
+        if not terms or not doc.facts:
+            return []
+        matches = self.storage.match_facts(doc, scope, terms, limit=self.weights.candidates)
+        return rank_facts(doc.facts, matches, self.weights)
+
+    def render(
+        self,
+        doc: MemoryDocument,
+        scope: Scope,
+        *,
+        query: Query | None = None,
+        today: date | None = None,
+    ) -> str:
+        """``doc`` (the memory of ``scope``) as the prompt's block, ``""`` when it has nothing
+        to show; with ``query``, the facts outside the guaranteed categories are the query's
+        best matches first.
+
+        Raises:
+            InvalidMessageError: ``query`` holds a malformed message.
+            StorageError: the index could not be read.
+        """
+        ranking = self.ranking(doc, scope, query) if query is not None else None
+        config = self.config
+        formatted = format_memory(
+            doc,
+            config.injected_memory_max_tokens,
+            config.guaranteed_categories,
+            config.guaranteed_token_budget,
+            self.counter,
+            ranking=ranking,
+        )
+        if ranking:
+            matched = set(ranking)
+            self.heat.record(scope, [fact_id for fact_id in formatted.shown if fact_id in matched])
+        return wrap_block(formatted.text, today)
+
+    def close(self) -> None:
+        """Write the access heat still held."""
+        self.heat.close()
