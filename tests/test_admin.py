@@ -88,7 +88,11 @@ def test_search_folds_case_and_unicode_like_duplicate_detection(storage):
     assert found("python") == ["Codes in ＰＹＴＨＯＮ"]
     assert found("上海   工作") == ["在 上海 工作"]  # whitespace folded
     assert found("σίσυφος") == ["ΣΊΣΥΦΟΣ fan"]  # final sigma folds too
-    assert found("n", limit=2) == ["Wohnt in der Hauptstraße", "Codes in ＰＹＴＨＯＮ"]
+    assert found("haupt pyth") == []  # every term must match
+    assert found("haupt") == found("wohnt HAUPTSTR") == ["Wohnt in der Hauptstraße"]  # prefixes
+    assert sorted(found("in", limit=2)) == ["Codes in ＰＹＴＨＯＮ", "Wohnt in der Hauptstraße"]
+    assert found("in", limit=1) in (["Codes in ＰＹＴＨＯＮ"], ["Wohnt in der Hauptstraße"])
+    assert found("!!! ***") == [] and found('" OR "1') == []  # no terms: nothing matches
     assert found("", min_confidence=0.75) == ["Wohnt in der Hauptstraße", "Codes in ＰＹＴＨＯＮ"]
     assert found("python", agent_name="") == ["Codes in ＰＹＴＨＯＮ"]
     assert found("python", agent_name="coder") == []

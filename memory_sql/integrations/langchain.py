@@ -287,11 +287,14 @@ class MemoryContextMiddleware(AgentMiddleware[MemoryContextState, Any]):
     """Put the user's memory and the current date into the system prompt, once per thread.
 
     ``before_agent``: if the thread's state holds no block yet, read
-    ``service.memory_context(user_id=…, agent_name=…, tenant_id=…, today=…)`` and keep it under
-    the private state key :data:`STATE_KEY` (an empty memory gives the date-only reminder, or
-    nothing with ``date_when_empty=False``). ``wrap_model_call``: append the kept block to the
-    system prompt of every model call. Later runs of the same thread (same checkpointer thread)
-    reuse the kept block: the memory is frozen per thread and not read again.
+    ``service.memory_context(user_id=…, agent_name=…, tenant_id=…, today=…, query=…)`` and keep
+    it under the private state key :data:`STATE_KEY` (an empty memory gives the date-only
+    reminder, or nothing with ``date_when_empty=False``). The query is the run's messages (the
+    memory's facts are chosen for the user's latest turns); ``ranked=False`` reads the block by
+    category and confidence instead. ``wrap_model_call``: append the kept block to the system
+    prompt of every model call. Later runs of the same thread (same checkpointer thread) reuse
+    the kept block: the memory is frozen per thread and not read again, unless
+    ``refresh_each_run`` (then every run reads it anew, for its own turn).
 
     ``today`` returns the date to show (default: this machine's local date). Async runs give
     the memory read ``timeout`` seconds; past that the run goes on without memory and the next
@@ -312,9 +315,13 @@ class MemoryContextMiddleware(AgentMiddleware[MemoryContextState, Any]):
         date_when_empty: bool = True,
         today: Callable[[], date] | None = None,
         timeout: float = 5.0,
+        ranked: bool = True,
+        refresh_each_run: bool = False,
     ) -> None:
         super().__init__()
         self.service = service
+        self.ranked = ranked
+        self.refresh_each_run = refresh_each_run
         self._ids = _IdReader(
             agent_name=agent_name,
             thread_id_key=thread_id_key,
@@ -329,10 +336,10 @@ class MemoryContextMiddleware(AgentMiddleware[MemoryContextState, Any]):
     def before_agent(
         self, state: MemoryContextState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
-        if _kept_block(state) is not None:
+        if _kept_block(state) is not None and not self.refresh_each_run:
             return None
         try:
-            block = self._read(self._ids.read(runtime))
+            block = self._read(self._ids.read(runtime), self._query(state))
         except Exception:
             logger.exception("memory: reading the memory context failed; none injected")
             return None
@@ -341,11 +348,12 @@ class MemoryContextMiddleware(AgentMiddleware[MemoryContextState, Any]):
     async def abefore_agent(
         self, state: MemoryContextState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
-        if _kept_block(state) is not None:
+        if _kept_block(state) is not None and not self.refresh_each_run:
             return None
         try:
             ids = self._ids.read(runtime)
-            block = await asyncio.wait_for(asyncio.to_thread(self._read, ids), self.timeout)
+            query = self._query(state)
+            block = await asyncio.wait_for(asyncio.to_thread(self._read, ids, query), self.timeout)
         except asyncio.TimeoutError:
             logger.warning(
                 "memory: reading the memory context took over %.1f s; none injected",
@@ -371,10 +379,18 @@ class MemoryContextMiddleware(AgentMiddleware[MemoryContextState, Any]):
     ) -> ModelResponse:
         return await handler(self._with_memory(request))
 
-    def _read(self, ids: _Ids) -> str:
+    def _query(self, state: Any) -> list[Any] | None:
+        messages = state.get("messages") if isinstance(state, Mapping) else None
+        return list(messages) if self.ranked and messages else None
+
+    def _read(self, ids: _Ids, query: list[Any] | None = None) -> str:
         today = self._today()
         block = self.service.memory_context(
-            user_id=ids.user_id, agent_name=ids.agent_name, tenant_id=ids.tenant_id, today=today
+            user_id=ids.user_id,
+            agent_name=ids.agent_name,
+            tenant_id=ids.tenant_id,
+            today=today,
+            query=query,
         )
         if not isinstance(block, str) or not block.strip():
             block = date_reminder(today) if self.date_when_empty else ""

@@ -13,7 +13,6 @@ from ..database import database_errors
 from ..models import (
     CATEGORY_PATTERN,
     Fact,
-    fact_key,
     format_timestamp,
     trusted_fact,
 )
@@ -23,6 +22,8 @@ from ..schema import (
 )
 from ..scope import Scope
 from ..storage.driver import read_facts_by_driver
+from ..storage.search import search_condition
+from ..text_search import query_terms
 
 
 @dataclass(frozen=True)
@@ -52,9 +53,7 @@ class FactRecord:
         }
 
 
-_SEARCH = sa.select(
-    memory_facts.c.tenant_id, memory_facts.c.user_id, memory_facts.c.agent_name, *FACT_COLUMNS
-).order_by(
+_ORDER = (
     memory_facts.c.confidence.desc(),
     memory_facts.c.tenant_id,
     memory_facts.c.user_id,
@@ -62,6 +61,9 @@ _SEARCH = sa.select(
     memory_facts.c.created_at,
     memory_facts.c.fact_id,
 )
+_SEARCH = sa.select(
+    memory_facts.c.tenant_id, memory_facts.c.user_id, memory_facts.c.agent_name, *FACT_COLUMNS
+).order_by(*_ORDER)
 
 
 def search_facts(
@@ -75,15 +77,16 @@ def search_facts(
     agent_name: str | None = None,
     limit: int | None = 50,
 ) -> list[FactRecord]:
-    """Facts of every memory matching all the filters given, highest confidence first.
+    """Facts of every memory matching all the filters given: most relevant to ``text`` first
+    when one is given, else highest confidence first.
 
-    ``text`` matches a fact whose content contains it after both are casefolded the way
-    duplicates are detected (:func:`memory_sql.fact_key`: NFKC, ``str.casefold()``,
-    whitespace folded): ``"STRASSE"`` finds ``"Straße"``, ``"python"`` finds ``"ＰＹＴＨＯＮ"``,
-    and CJK text matches as written. The other filters run in the database; the text is
-    compared in Python on the rows they leave, so the result is the same on SQLite (whose
-    ``lower()`` and ``LIKE`` fold ASCII only) and PostgreSQL. ``agent_name=""`` selects the
-    unnamed agents' memories; ``limit=None`` returns every match.
+    ``text`` is looked up in the database's full-text index (:mod:`memory_sql.text_search`): a
+    fact matches when it holds every term of ``text``, each also as the start of a longer
+    word, folded as duplicates are (NFKC, ``str.casefold()``): ``"STRASSE"`` finds
+    ``"Straße"``, ``"python"`` and ``"pyth"`` find ``"ＰＹＴＨＯＮ"``, ``"上海"`` finds
+    ``"在上海工作"`` (each CJK character is a term). Ties in relevance go by confidence. A text
+    with no letters or digits matches nothing (an empty one is no filter). ``agent_name=""``
+    selects the unnamed agents' memories; ``limit=None`` returns every match.
 
     Raises:
         InvalidScopeError: a tenant, user or agent filter is malformed.
@@ -109,30 +112,22 @@ def search_facts(
         parameters["category"] = category
     if min_confidence is not None:
         parameters["min_confidence"] = min_confidence
-    needle = fact_key(text) if text is not None else ""
-    if not needle and limit is not None:
+    if limit is not None:
         parameters["limit"] = limit
     statement = _search_statement(frozenset(parameters))
-    found: list[FactRecord] = []
+    if text is not None and text.strip():
+        terms = query_terms(text)
+        if not terms:
+            return []
+        matching, relevance = search_condition(engine, terms)
+        statement = statement.where(matching).order_by(None).order_by(relevance.desc(), *_ORDER)
     with database_errors(engine, "search facts"):
-        if not needle:  # the database does all the filtering: one autocommit round trip
-            rows = read_facts_by_driver(engine, statement, parameters, scoped=3)
-            if rows is not None:
-                return [FactRecord(t, u, a or None, fact) for (t, u, a), fact in rows]
+        rows = read_facts_by_driver(engine, statement, parameters, scoped=3)
+        if rows is not None:  # one autocommit round trip on the driver
+            return [FactRecord(t, u, a or None, fact) for (t, u, a), fact in rows]
         with engine.connect() as conn:
-            if not needle:
-                autocommit = conn.execution_options(isolation_level="AUTOCOMMIT")
-                return [_record(row) for row in autocommit.execute(statement, parameters).all()]
-            # The text is matched here, row by row: stream them rather than read them all.
-            rows = conn.execution_options(yield_per=500).execute(statement, parameters)
-            for row in rows:
-                if needle not in fact_key(row.content):
-                    continue
-                found.append(_record(row))
-                if limit is not None and len(found) >= limit:
-                    break
-            rows.close()
-    return found
+            autocommit = conn.execution_options(isolation_level="AUTOCOMMIT")
+            return [_record(row) for row in autocommit.execute(statement, parameters).all()]
 
 
 @functools.lru_cache(maxsize=64)

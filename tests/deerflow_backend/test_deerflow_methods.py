@@ -173,7 +173,7 @@ def test_import_keeps_ids_times_and_source_types_and_is_idempotent(manager: Any,
     assert call(manager, "import_memory", {"facts": "no"}, user_id=user)[0] == 400
 
 
-def test_search_ranks_by_match_then_confidence_and_filters_category_before_top_k(
+def test_search_ranks_by_relevance_and_filters_category_before_top_k(
     manager: Any, user: str
 ) -> None:
     for content, category, confidence in [
@@ -183,24 +183,20 @@ def test_search_ranks_by_match_then_confidence_and_filters_category_before_top_k
         ("Python and Rust", "preference", 0.95),
         ("Lives near the Straße", "context", 0.9),
         ("Rust for systems, python for glue", "preference", 0.8),
+        ("Drinks green tea", "preference", 1.0),
     ]:
         manager.create_fact(content, category=category, confidence=confidence, user_id=user)
     found = [f["content"] for f in manager.search("PYTHON", top_k=3, user_id=user)]
-    assert found == ["Python", "Writes Python scripts for data work", "Python and Rust"]
-    # all the words first (by confidence), then some of them (the most, then by confidence)
-    assert [f["content"] for f in manager.search("rust python", user_id=user)] == [
-        "Python and Rust",
-        "Rust for systems, python for glue",
-        "Writes Python scripts for data work",
-        "Prefers Python over Go",
-        "Python",
-    ]
-    # content equal to the query before everything
-    assert [f["content"] for f in manager.search("python AND rust", 3, user_id=user)] == [
-        "Python and Rust",
-        "Rust for systems, python for glue",
-        "Writes Python scripts for data work",
-    ]
+    assert len(found) == 3 and found[0] == "Python"  # the shortest match of the term
+    assert all("python" in content.lower() for content in found)
+    # the facts holding both words before those holding one; the tea never
+    both = {"Python and Rust", "Rust for systems, python for glue"}
+    ranked = [f["content"] for f in manager.search("rust python", user_id=user)]
+    assert set(ranked[:2]) == both and len(ranked) == 5
+    # query syntax is only words: "AND" is a function word, left out
+    assert set(
+        f["content"] for f in manager.search("python AND rust", 2, user_id=user)
+    ) == both
     only = manager.search("python", top_k=2, user_id=user, category="context")
     assert [f["content"] for f in only] == ["Writes Python scripts for data work"]
     assert [f["content"] for f in manager.search("strasse", user_id=user)] == [

@@ -46,7 +46,7 @@ from ... import ops
 from ...database import redacted
 from ...errors import ConfigError, DuplicateFactError, FactNotFoundError, UpdateNotFoundError
 from ...errors import VersionConflictError as _VersionConflict
-from ...models import Fact, MemoryDocument, fact_key, format_timestamp, utcnow
+from ...models import Fact, MemoryDocument, format_timestamp, utcnow
 from ...queue import PendingUpdate, RunOutcome, UpdateKey
 from ...queue import manage as queue_manage
 from ...recall.injection import format_memory_for_injection
@@ -304,12 +304,18 @@ class SQLMemoryManager(MemoryManager):
         """The memory as prompt text within ``injected_memory_max_tokens`` (guaranteed
         categories in ``guaranteed_token_budget`` on top), for DeerFlow to wrap in
         ``<memory>``; ``""`` when there is nothing to show, memory is off, or it cannot be
-        read (logged). Never raises."""
+        read (logged). Never raises.
+
+        DeerFlow asks for the context with no query: relevance reaches the agent through
+        :meth:`search` (its ``memory_search`` tool). In ``mode: tool`` the context holds the
+        summaries only, and the facts stay behind that search."""
         try:
             config = self._settings.config
             if not config.enabled:
                 return ""
             doc = self._load(user_id, agent_name)
+            if self.mode == "tool":
+                doc = doc.model_copy(update={"facts": []})
             return format_memory_for_injection(
                 doc,
                 config.injected_memory_max_tokens,
@@ -377,29 +383,24 @@ class SQLMemoryManager(MemoryManager):
         agent_name: str | None = None,
         category: str | None = None,
     ) -> list[dict[str, Any]]:
-        """Up to ``top_k`` facts of the memory matching ``query``, casefolded as duplicates
-        are (:func:`~memory_sql.fact_key`: ``strasse`` finds "Straße"), best match first:
-        content equal to the query, then containing it, then containing all its words, then
-        the most of its words; ties by confidence, highest first. ``category`` filters before
-        the ``top_k`` cut. A blank query or ``top_k < 1`` finds nothing."""
+        """Up to ``top_k`` facts of the memory most relevant to ``query``, best first: the
+        database's full-text index scores them (BM25, casefolded as duplicates are:
+        ``strasse`` finds "Straße"; CJK characters are terms of their own), blended with
+        confidence and recency as ranked recall is (:mod:`memory_sql.recall.ranking`).
+        ``category`` filters before the ``top_k`` cut. A query with no words or ``top_k < 1``
+        finds nothing."""
         if not isinstance(query, str) or not query.strip() or top_k < 1:
             return []
-        needle = fact_key(query)
-        words = list(dict.fromkeys(needle.split()))
         wanted = category.strip().lower() if isinstance(category, str) else None
-        doc = self._load(user_id, agent_name)
-        ranked = []
-        for order, fact in enumerate(doc.facts):
-            if wanted is not None and fact.category != wanted:
-                continue
-            key = fact.key
-            matched = sum(word in key for word in words)
-            if not matched:
-                continue
-            tier = 0 if key == needle else 1 if needle in key else 2 if matched == len(words) else 3
-            ranked.append(((tier, -matched, -fact.confidence, order), fact))
-        ranked.sort(key=lambda pair: pair[0])
-        facts = [fact for _, fact in ranked[:top_k]]
+        scope = self._scope(user_id, agent_name)
+        doc = self._storage.load(**scope.arguments())
+        by_id = {fact.id: fact for fact in doc.facts}
+        ranked = self._service.recall.ranking(doc, scope, query)
+        facts = [
+            by_id[fact_id]
+            for fact_id in ranked
+            if fact_id in by_id and (wanted is None or by_id[fact_id].category == wanted)
+        ][:top_k]
         return MemoryDocument(facts=facts).to_deerflow()["facts"]
 
     def get_memory(

@@ -8,17 +8,19 @@ import itertools
 from collections.abc import Iterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Request
+from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from ... import ops
 from ...errors import ImportFileError
+from ...intake.messages import Message, normalize_messages
 from ...models import MemoryDocument
 from ...scope import Scope
 from ...tenancy import acting_for
 from ..auth import Admin, Caller, Reader, Writer
-from ..errors import error_responses, not_found
+from ..errors import ApiError, error_responses, not_found
 from ..state import ServerState, State
 from . import AgentQuery, IfMatch, etag, precondition
 
@@ -43,10 +45,57 @@ def _load(
     "/users/{user_id}/context",
     summary="The memory block for the system prompt ('' when there is nothing to show)",
 )
-def context(user_id: str, caller: Reader, state: State, agent_name: AgentQuery = None) -> Any:
+def context(
+    user_id: str,
+    caller: Reader,
+    state: State,
+    agent_name: AgentQuery = None,
+    q: Annotated[
+        str | None,
+        Query(
+            max_length=10_000,
+            description="the turn about to be answered: the facts most relevant to it come first",
+        ),
+    ] = None,
+) -> Any:
+    return _context(state, caller, user_id, agent_name, q)
+
+
+class ContextQuery(BaseModel):
+    """What the next turn is about: a text, or the conversation so far (its last user turns)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query: str | None = Field(None, max_length=10_000)
+    messages: list[dict[str, Any]] | None = Field(
+        None, description="OpenAI or LangChain messages; the last user turns make the query"
+    )
+
+
+@router.post(
+    "/users/{user_id}/context",
+    summary="The memory block chosen for a turn or a conversation (ranked by relevance)",
+)
+def ranked_context(
+    user_id: str, body: ContextQuery, caller: Reader, state: State, agent_name: AgentQuery = None
+) -> Any:
+    if body.query is not None and body.messages is not None:
+        raise ApiError(400, "invalid_request", "give query or messages, not both")
+    query = body.query if body.messages is None else normalize_messages(body.messages)
+    return _context(state, caller, user_id, agent_name, query)
+
+
+def _context(
+    state: ServerState,
+    caller: Caller,
+    user_id: str,
+    agent_name: str | None,
+    query: str | list[Message] | None,
+) -> Any:
+    scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=caller.tenant_id)
     with caller.acting():
-        doc = state.storage.load(user_id=user_id, agent_name=agent_name, tenant_id=caller.tenant_id)
-    block = state.service.render_context(doc)
+        doc = state.storage.load(**scope.arguments())
+        block = state.service.render_context(doc, scope=scope, query=query)
     return JSONResponse({"context": block, "version": doc.version}, headers=etag(doc.version))
 
 
