@@ -221,9 +221,9 @@ class MemoryConfig(BaseModel):
     recall_candidates: int = Field(100, ge=1, le=2000)
     access_heat_flush_seconds: float = Field(30.0, gt=0, le=86400)
     eviction_policy: Literal["confidence", "hybrid"] = "confidence"
-    eviction_confidence_weight: float = Field(0.5, ge=0, le=100)
-    eviction_freshness_weight: float = Field(0.3, ge=0, le=100)
-    eviction_heat_weight: float = Field(0.2, ge=0, le=100)
+    eviction_confidence_weight: float = Field(0.65, ge=0, le=100)
+    eviction_freshness_weight: float = Field(0.25, ge=0, le=100)
+    eviction_heat_weight: float = Field(0.10, ge=0, le=100)
     eviction_freshness_half_life_days: float = Field(90.0, gt=0, le=36500)
     eviction_guaranteed_share: float = Field(0.1, ge=0, le=1)
 

@@ -96,6 +96,15 @@ class MemoryStorage(ABC):
             StorageError: the backend could not be written.
         """
 
+    def access_heat(self, scope: Scope) -> dict[str, tuple[int, datetime | None]]:
+        """The access heat of the memory's facts that were ever shown: fact id → (times shown,
+        last shown). A backend that keeps none has none.
+
+        Raises:
+            StorageError: the backend could not be read.
+        """
+        return {}
+
     def close(self) -> None:  # noqa: B027 - backends with nothing to release need not override
         """Release connections and files. The storage must not be used afterwards."""
 

@@ -491,6 +491,10 @@ _RECORD_ACCESS = (
     )
 )
 
+_ACCESS_HEAT = sa.select(
+    memory_facts.c.fact_id, memory_facts.c.access_count, memory_facts.c.last_accessed_at
+).where(_in_scope(memory_facts), memory_facts.c.access_count > 0)
+
 # Only the columns a fact row gives (the access heat keeps its server defaults).
 _INSERT_FACT = sa.insert(memory_facts).values(
     {
@@ -616,6 +620,12 @@ class SQLStorage(MemoryStorage):
             for tenant, rows in by_tenant.items():
                 with acting_for(tenant), self.engine.begin() as conn:
                     conn.execute(_RECORD_ACCESS, rows)
+
+    def access_heat(self, scope: Scope) -> dict[str, tuple[int, datetime | None]]:
+        what = f"read the access heat of {scope}"
+        with database_errors(self.engine, what), self.engine.connect() as conn:
+            rows = conn.execute(_ACCESS_HEAT, _scope_params(scope))
+            return {fact_id: (count, last) for fact_id, count, last in rows}
 
     # load ------------------------------------------------------------------------------------
 

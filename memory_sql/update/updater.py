@@ -67,6 +67,7 @@ from ..schema import memory_llm_calls
 from ..scope import Scope, check_thread_id
 from ..storage.base import MemoryStorage
 from ..tokens import make_token_counter
+from .eviction import Heat, evict, needs_heat
 from .llm import LLMClient
 from .parser import (
     AUTHORITIES,
@@ -161,9 +162,11 @@ def apply_update(
     thread_id: str | None,
     config: MemoryConfig,
     now: datetime,
+    heat: Heat | None = None,
 ) -> tuple[MemoryDocument, AppliedChanges]:
     """``memory`` with ``update`` applied by the rules of the module docstring, and what
-    changed. ``memory`` itself is not modified; the result keeps its ``version``."""
+    changed. ``memory`` itself is not modified; the result keeps its ``version``. ``heat``
+    is the facts' access heat, for the hybrid eviction policy."""
     doc = memory.clone()
     allow = config.scope_gate_allow_unlabeled
     gated: list[tuple[str, str, str]] = []
@@ -216,7 +219,7 @@ def apply_update(
             )
     doc.facts.extend(new)
 
-    evicted = _evict(doc, config.max_facts, frozenset(config.guaranteed_categories))
+    evicted = evict(doc, config, now=now, heat=heat)
     new_ids = {fact.id for fact in new}
     gone = set(evicted)
     skipped.extend((f.content, "over max_facts") for f in new if f.id in gone)
@@ -279,19 +282,6 @@ def _update_sections(doc: MemoryDocument, proposed: dict[str, str], now: datetim
             setattr(group, name, Section(summary=summary, updated_at=now))
             updated.append(name)
     return updated
-
-
-def _evict(doc: MemoryDocument, max_facts: int, guaranteed: frozenset[str]) -> list[str]:
-    excess = len(doc.facts) - max_facts
-    if excess <= 0:
-        return []
-    order = sorted(
-        doc.facts, key=lambda f: (f.category in guaranteed, f.confidence, f.created_at, f.id)
-    )
-    evicted = [fact.id for fact in order[:excess]]
-    gone = set(evicted)
-    doc.facts = [fact for fact in doc.facts if fact.id not in gone]
-    return evicted
 
 
 def _scrub_uploads(doc: MemoryDocument) -> tuple[MemoryDocument, list[str], list[str]]:
@@ -479,8 +469,16 @@ class _Run:
     def save(self, memory: MemoryDocument, update: MemoryUpdate) -> UpdateResult:
         attempts = 0
         while True:
+            heat = None
+            if needs_heat(memory, self.config, len(update.new_facts)):
+                heat = self.storage.access_heat(self.scope)
             doc, changes = apply_update(
-                memory, update, thread_id=self.thread_id, config=self.config, now=utcnow()
+                memory,
+                update,
+                thread_id=self.thread_id,
+                config=self.config,
+                now=utcnow(),
+                heat=heat,
             )
             if not changes:
                 self.log_details(changes)

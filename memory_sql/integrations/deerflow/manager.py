@@ -54,7 +54,7 @@ from ...scope import Scope
 from ...service import MemoryService
 from ...storage import SQLStorage
 from ...tokens import EstimateCounter, make_token_counter
-from ...update.updater import _evict
+from ...update.eviction import evict, needs_heat
 from .config import BackendSettings, read_backend_config, sqlite_folder
 from .llm import CURRENT_UPDATE, UpdateContext, choose_llm
 
@@ -509,7 +509,8 @@ class SQLMemoryManager(MemoryManager):
             if any(existing.key == fact.key for existing in doc.facts):
                 raise ValueError("Duplicate fact")
             doc.facts.append(fact)
-            evicted = _evict(doc, config.max_facts, frozenset(config.guaranteed_categories))
+            heat = self._storage.access_heat(scope) if needs_heat(doc, config) else None
+            evicted = evict(doc, config, now=utcnow(), heat=heat)
             kept[0] = fact.id not in evicted
 
         doc = self._change(scope, add)
