@@ -382,11 +382,16 @@ def print_recall(name: str, run: RecallRun, facts: dict[str, Any]) -> list[tuple
         print(
             f"\n{name}: at 1000 tokens the ranked block misses an answering fact for"
             f" {len(run.misses)} questions ({', '.join(f'{k} {v}' for k, v in kinds.items())});"
-            f" BM25's block holds every answering fact for {len(worse)} of them, e.g.:"
+            f" BM25's block holds every answering fact for {len(worse)} of them. Some (+: an"
+            " answering fact the ranked block holds, -: one it misses; [BM25]: BM25 holds all):"
         )
-        for q, _, _ in worse[:8]:
-            answer = " | ".join(facts[e]["content"] for e in q["evidence"])
-            print(f"  [{q['kind']}, {q['lang']}] {q['text']!r} -> {answer}")
+        shown_first = worse + [m for m in run.misses if m not in worse]
+        for q, ranked_shown, bm25_shown in shown_first[:10]:
+            answer = " | ".join(
+                ("+ " if e in ranked_shown else "- ") + facts[e]["content"] for e in q["evidence"]
+            )
+            tag = " [BM25]" if set(q["evidence"]) <= bm25_shown else ""
+            print(f"  {q['kind']}, {q['lang']}{tag}: {q['text']!r} -> {answer}")
     out = []
     if RANKED in arms and BM25 in arms:
         for budget in BUDGETS:
