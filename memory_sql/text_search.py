@@ -38,6 +38,10 @@ _ASCII_WORD = re.compile(r"[a-z]+")
 MAX_QUERY_TERMS = 48
 """At most this many distinct terms of a query are looked up (the first ones)."""
 
+MAX_TERM_CHARS = 64
+"""A longer word is cut to its first 64 characters, in facts and queries alike (PostgreSQL
+indexes no word of over 2 047 bytes, and no real word is that long)."""
+
 _FUNCTION_WORDS = """
     a an and are as at be been but by can could did do does for from had has have he her him
     his how i if in into is it its me my of on or our she so than that the their them then there
@@ -62,7 +66,7 @@ def query_terms(text: str) -> list[str]:
 
 def _terms(text: str) -> list[str]:
     folded = unicodedata.normalize("NFKC", text).casefold()
-    return [stem(token) for token in _TOKEN.findall(folded)]
+    return [stem(token[:MAX_TERM_CHARS]) for token in _TOKEN.findall(folded)]
 
 
 def stem(word: str) -> str:

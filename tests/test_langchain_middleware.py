@@ -447,3 +447,31 @@ def test_the_core_does_not_import_langchain_and_the_extra_is_named() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert "pip install 'memory-sql[langchain]'" in out.stdout
+
+
+def test_the_context_is_ranked_by_the_runs_turn(llm: Any, sqlite_url: str, user_id: str) -> None:
+    with open_storage(sqlite_url) as store:
+        doc = store.load(user_id=user_id, agent_name=AGENT)
+        doc.facts = [
+            Fact(content=f"Keeps houseplant number {n}", confidence=0.99) for n in range(80)
+        ]
+        doc.facts.append(Fact(content="Allergic to peanuts", category="context", confidence=0.7))
+        store.save(doc, user_id=user_id, agent_name=AGENT)
+    config = llm_config(llm, storage=sqlite_url, injected_memory_max_tokens=150)
+    with MemoryService(config, start=False) as service:
+        for ranked, expected in ((True, True), (False, False)):
+            model = _model()
+            context = MemoryContextMiddleware(service, agent_name=AGENT, ranked=ranked)
+            agent = create_agent(model, [], system_prompt=BASE_PROMPT, middleware=[context])
+            agent.invoke(
+                _say("What should I avoid eating? peanuts?"), _config(f"t{ranked}", user_id)
+            )
+            assert ("Allergic to peanuts" in model.system_prompt()) is expected
+        # frozen per thread unless refresh_each_run: the second turn of a thread reads anew
+        model = _model()
+        context = MemoryContextMiddleware(service, agent_name=AGENT, refresh_each_run=True)
+        agent = create_agent(model, [], system_prompt=BASE_PROMPT, middleware=[context])
+        agent.invoke(_say("Tell me about houseplant number 7"), _config("fresh", user_id))
+        assert "Allergic to peanuts" not in model.system_prompt()
+        agent.invoke(_say("and peanuts: am I allergic?"), _config("fresh", user_id))
+        assert "Allergic to peanuts" in model.system_prompt()

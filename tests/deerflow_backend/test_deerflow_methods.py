@@ -194,9 +194,7 @@ def test_search_ranks_by_relevance_and_filters_category_before_top_k(
     ranked = [f["content"] for f in manager.search("rust python", user_id=user)]
     assert set(ranked[:2]) == both and len(ranked) == 5
     # query syntax is only words: "AND" is a function word, left out
-    assert set(
-        f["content"] for f in manager.search("python AND rust", 2, user_id=user)
-    ) == both
+    assert {f["content"] for f in manager.search("python AND rust", 2, user_id=user)} == both
     only = manager.search("python", top_k=2, user_id=user, category="context")
     assert [f["content"] for f in only] == ["Writes Python scripts for data work"]
     assert [f["content"] for f in manager.search("strasse", user_id=user)] == [
@@ -367,3 +365,17 @@ def _pending(database: str, user: str, agent: str) -> int:
             ).scalar_one()
     finally:
         engine.dispose()
+
+
+def test_tool_mode_keeps_the_facts_behind_search(make_manager: Any, database: str) -> None:
+    manager = make_manager(
+        {"url": database, "in_process_worker": False, "tenant_id": "tool"}, mode="tool"
+    )
+    user = "tool-user"
+    manager.clear_memory(user_id=user)
+    manager.import_memory(DEERFLOW_DOC, user_id=user)
+    manager.create_fact("Allergic to peanuts", confidence=0.8, user_id=user)
+    text = manager.get_context(user)
+    assert text.startswith("User Context:") and "Facts:" not in text and "peanuts" not in text
+    found = manager.search("peanut allergy", user_id=user)
+    assert [f["content"] for f in found] == ["Allergic to peanuts"]

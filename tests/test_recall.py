@@ -1,0 +1,276 @@
+"""Ranked recall through the database's full-text index, on SQLite, PostgreSQL and the file store:
+what a query brings into the block, what it never does (raise, inject, drop corrections), and
+the index kept in step with every write."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+import sqlalchemy as sa
+
+from memory_sql import Fact, MemoryConfig, MemoryDocument, MemoryService, Scope
+from memory_sql.models import utcnow
+from memory_sql.recall.context import Recall
+from memory_sql.recall.ranking import RankingWeights, query_text, rank_facts
+from memory_sql.storage import SQLStorage
+from memory_sql.storage.search import rebuild_sqlite_index, scope_term
+from memory_sql.text_search import query_terms, search_text
+from memory_sql.tokens import make_token_counter
+
+FILLER = [
+    "Fact {i}: enjoys the number {i} and the colour blue",
+    "Fact {i}: went to a meeting about budget {i}",
+    "Fact {i}: owns item {i} of the collection",
+]
+NEEDLES = {
+    "pnpm": Fact(content="Deploys with pnpm, never npm", category="preference", confidence=0.7),
+    "coffee": Fact(content="我每天早上喝咖啡", category="preference", confidence=0.7),
+    "street": Fact(
+        content="Lives on the Straße do Sol in Porto", category="context", confidence=0.7
+    ),
+    "kana": Fact(content="コーヒーよりお茶が好き", category="preference", confidence=0.7),
+}
+HOSTILE = [
+    "!!!",
+    "   ",
+    '" OR 1=1 --',
+    "'; DROP TABLE memory_facts; --",
+    "NEAR(a b) AND NOT c* ^d {e f}:g",
+    "a & b | !c <-> d:* ''",
+    "\\' \\\\ %s %(x)s :name",
+    "\x00",
+    "x" * 5000,
+    "日本" * 600,
+]
+
+
+def _memory(facts: int) -> MemoryDocument:
+    doc = MemoryDocument()
+    for i in range(facts):
+        text = FILLER[i % len(FILLER)].format(i=i)
+        doc.facts.append(Fact(content=text, category="context", confidence=0.8 + (i % 20) / 100))
+    doc.facts.extend(NEEDLES.values())
+    doc.facts.append(
+        Fact(
+            content="Never suggest npm",
+            category="correction",
+            confidence=0.95,
+            source_error="suggested npm",
+        )
+    )
+    return doc
+
+
+@pytest.fixture
+def service(target, scope):
+    with MemoryService(
+        MemoryConfig(storage=target, injected_memory_max_tokens=150, max_facts=10_000),
+        start=False,
+    ) as made:
+        made.storage.save(_memory(300), **scope)
+        yield made
+
+
+@pytest.mark.parametrize(
+    ("query", "needle"),
+    [
+        ("how should I deploy this?", "pnpm"),
+        ("DEPLOYING with PNPM", "pnpm"),
+        ("咖啡", "coffee"),
+        ("我早上喝什么", "coffee"),
+        ("strasse", "street"),
+        ("Where does the user live? Porto?", "street"),
+        ("お茶", "kana"),
+    ],
+)
+def test_a_query_brings_its_fact_into_a_small_budget(service, scope, query, needle):
+    content = NEEDLES[needle].content
+    assert content not in service.memory_context(**scope)  # unranked: 300 others outrank it
+    block = service.memory_context(**scope, query=query)
+    assert content in block
+    assert "Never suggest npm" in block  # the guaranteed category still goes first
+    assert block.index("Never suggest npm") < block.index(content)
+
+
+def test_a_conversation_is_a_query_of_its_last_user_turns(service, scope):
+    messages = [
+        {"role": "user", "content": "I like the colour blue"},
+        {"role": "assistant", "content": "Noted."},
+        {"role": "user", "content": "How do I deploy?"},
+        {"role": "user", "content": "with pnpm maybe"},
+    ]
+    assert query_text(messages) == "How do I deploy?\nwith pnpm maybe"
+    assert NEEDLES["pnpm"].content in service.memory_context(**scope, query=messages)
+
+
+@pytest.mark.parametrize("query", HOSTILE, ids=range(len(HOSTILE)))
+def test_hostile_or_empty_queries_never_raise_and_fall_back_to_the_usual_order(
+    service, scope, query
+):
+    plain = service.memory_context(**scope)
+    block = service.memory_context(**scope, query=query)
+    assert block.startswith("<system-reminder>") and "Never suggest npm" in block
+    if not query_terms(query):
+        assert block == plain
+    assert service.status()["problems"] == 0
+    assert len(service.storage.load(**scope).facts) == 305  # nothing stored changed
+
+
+def test_terms_are_words_only_so_no_syntax_reaches_the_index():
+    for text in HOSTILE + ["Straße ＰＹＴＨＯＮ 咖啡 deploying"]:
+        for term in query_terms(text) + search_text(text).split():
+            assert term.isalnum(), term
+    assert search_text("Straße ＰＹＴＨＯＮ 咖啡 deploying") == "strass python 咖 啡 deploy"
+    assert query_terms("what is the deploy?") == ["deploy"]
+    assert query_terms("the and of") == ["the", "and", "of"]  # only function words: kept
+
+
+def test_near_duplicates_are_moved_behind_the_others():
+    now = utcnow()
+    facts = [
+        Fact(content="Prefers dark mode in every editor", confidence=0.9, updated_at=now),
+        Fact(content="Prefers dark mode in every editor app", confidence=0.9, updated_at=now),
+        Fact(content="Uses a dark theme for the terminal", confidence=0.9, updated_at=now),
+    ]
+    matches = [(facts[0].id, 3.0), (facts[1].id, 2.9), (facts[2].id, 1.0)]
+    assert rank_facts(facts, matches) == [facts[0].id, facts[2].id, facts[1].id]
+    spread_off = RankingWeights(duplicate_overlap=1.0)
+    assert rank_facts(facts, matches, spread_off) == [f.id for f in facts]
+
+
+def test_the_score_blends_relevance_confidence_and_recency():
+    now = utcnow()
+    old = Fact(content="likes tea", confidence=0.7, updated_at=now - timedelta(days=720))
+    new = Fact(content="likes green tea", confidence=0.7, updated_at=now)
+    sure = Fact(content="likes black tea", confidence=1.0, updated_at=now - timedelta(days=720))
+    matches = [(old.id, 1.0), (new.id, 1.0), (sure.id, 1.0)]  # equal text relevance
+    assert rank_facts([old, new, sure], matches, now=now) == [new.id, sure.id, old.id]
+    only_text = RankingWeights(confidence=0, recency=0)
+    assert rank_facts([old, new], [(old.id, 2.0), (new.id, 1.0)], only_text) == [old.id, new.id]
+
+
+def test_the_index_follows_every_change(storage, scope):
+    """Insert, reword, move to another memory by forgetting, delete: the index answers as the
+    table does, on every backend."""
+    recall = Recall(MemoryConfig(max_facts=10_000), storage, make_token_counter(False))
+    try:
+        ranked = recall.ranking
+        checked = Scope.of(**scope)
+        doc = storage.load(**scope)
+        doc.facts = [Fact(content="Plays the cello"), Fact(content="Plays chess")]
+        storage.save(doc, **scope)
+        doc = storage.load(**scope)
+        cello = next(f for f in doc.facts if "cello" in f.content)
+        assert ranked(doc, checked, "cello") == [cello.id]
+        doc.facts = [
+            f.replace(content="Plays the viola") if f.id == cello.id else f for f in doc.facts
+        ]
+        storage.save(doc, **scope)
+        doc = storage.load(**scope)
+        assert ranked(doc, checked, "cello") == [] and ranked(doc, checked, "viola") == [cello.id]
+        doc.facts = [f.replace(confidence=0.99) for f in doc.facts]  # no text change
+        storage.save(doc, **scope)
+        doc = storage.load(**scope)
+        assert ranked(doc, checked, "viola") == [cello.id]
+        doc.facts = [f for f in doc.facts if f.id != cello.id]
+        storage.save(doc, **scope)
+        doc = storage.load(**scope)
+        assert ranked(doc, checked, "viola") == [] and len(ranked(doc, checked, "chess")) == 1
+        other = Scope.of(user_id=scope["user_id"] + "-other", agent_name="coder")
+        assert ranked(storage.load(**other.arguments()), other, "chess") == []
+    finally:
+        recall.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_sqlite_rebuild_refills_the_index_after_a_vacuum(storage, scope):
+    doc = storage.load(**scope)
+    doc.facts = [Fact(content=f"owns bicycle number {i}") for i in range(50)]
+    storage.save(doc, **scope)
+    checked = Scope.of(**scope)
+    with storage.engine.begin() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO memory_facts_fts (memory_facts_fts) VALUES ('delete-all')"
+        )
+    doc = storage.load(**scope)
+    assert storage.match_facts(doc, checked, ["bicycl"]) == []
+    assert rebuild_sqlite_index(storage.engine) >= 50
+    assert len(storage.match_facts(doc, checked, ["bicycl"])) == 50
+    with storage.engine.connect() as conn:
+        hex_key = conn.exec_driver_sql(
+            "SELECT lower('s' || hex(tenant_id || char(31) || user_id || char(31) || agent_name))"
+            " FROM memory_scopes WHERE user_id = ?",
+            (scope["user_id"],),
+        ).scalar_one()
+    assert hex_key == scope_term(checked)
+
+
+def test_access_heat_is_written_in_the_background_not_on_the_turn(service, scope):
+    if not isinstance(service.storage, SQLStorage):
+        pytest.skip("the JSON-file store keeps no access heat")
+    checked = Scope.of(**scope)
+    pnpm = NEEDLES["pnpm"].id
+    before = service.storage.access_heat(checked)
+    for _ in range(3):
+        assert NEEDLES["pnpm"].content in service.memory_context(**scope, query="pnpm")
+    assert service.storage.access_heat(checked) == before  # nothing written yet
+    assert service.recall.heat.flush() >= 1
+    count, last = service.storage.access_heat(checked)[pnpm]
+    assert count == 3 and abs((utcnow() - last).total_seconds()) < 60
+    doc = service.storage.load(**scope)
+    assert doc.version == service.storage.load(**scope).version  # heat moves no version
+
+
+def test_hybrid_eviction_keeps_hot_facts_and_the_reserved_corrections(target, scope):
+    config = MemoryConfig(
+        storage=target, max_facts=10, eviction_policy="hybrid", eviction_guaranteed_share=0.2
+    )
+    from memory_sql.update.eviction import evict
+
+    now = utcnow()
+    doc = MemoryDocument()
+    for i in range(12):
+        doc.facts.append(Fact(content=f"plain fact {i}", confidence=0.8, updated_at=now))
+    low = [
+        Fact(content=f"correction {i}", category="correction", confidence=0.1, updated_at=now)
+        for i in range(3)
+    ]
+    doc.facts.extend(low)
+    hot = doc.facts[0]
+    heat = {hot.id: (50, now)}
+    evicted = evict(doc, config, now=now, heat=heat)
+    assert len(evicted) == 5 and len(doc.facts) == 10
+    kept = {f.id for f in doc.facts}
+    assert hot.id in kept
+    assert sum(f.id in kept for f in low) == 2  # 20 % of 10 reserved; the third competes
+    plain = MemoryConfig(storage=target, max_facts=10)
+    again = MemoryDocument(
+        facts=[*(f.replace() for f in low), *(Fact(content=f"x {i}") for i in range(10))]
+    )
+    assert not set(evict(again, plain, now=now)) & {f.id for f in low}  # confidence policy
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+)
+def test_ten_thousand_facts_are_stored_and_ranked(target):
+    user = f"u-{uuid.uuid4().hex[:8]}"
+    with MemoryService(
+        MemoryConfig(storage=target, max_facts=10_000, injected_memory_max_tokens=300), start=False
+    ) as service:
+        doc = MemoryDocument(
+            facts=[Fact(content=f"note {i} about topic{i % 97} and thing{i}") for i in range(9_999)]
+        )
+        doc.facts.append(Fact(content="Allergic to peanuts", category="context", confidence=0.7))
+        service.storage.save(doc, user_id=user)
+        block = service.memory_context(user_id=user, query="any food allergies? peanuts?")
+        assert "Allergic to peanuts" in block
+        assert "topic13 " in service.memory_context(user_id=user, query="topic13")
+        if isinstance(service.storage, SQLStorage):
+            with service.storage.engine.connect() as conn:
+                count = conn.execute(
+                    sa.text("SELECT count(*) FROM memory_facts WHERE user_id = :u"), {"u": user}
+                ).scalar_one()
+            assert count == 10_000
