@@ -274,3 +274,18 @@ def test_ten_thousand_facts_are_stored_and_ranked(target):
                     sa.text("SELECT count(*) FROM memory_facts WHERE user_id = :u"), {"u": user}
                 ).scalar_one()
             assert count == 10_000
+
+
+def test_the_context_command_takes_a_query(sqlite_url, scope):
+    from typer.testing import CliRunner
+
+    from memory_sql.cli import app
+
+    with MemoryService(MemoryConfig(storage=sqlite_url, max_facts=10_000), start=False) as made:
+        made.storage.save(_memory(300), **scope)
+    runner = CliRunner(env={"MEMORY_SQL_INJECTED_MEMORY_MAX_TOKENS": "150"})
+    base = ["context", "--user", scope["user_id"], "--agent", "coder", "--url", sqlite_url]
+    plain = runner.invoke(app, base)
+    asked = runner.invoke(app, [*base, "--query", "how do I deploy with pnpm?"])
+    assert plain.exit_code == asked.exit_code == 0, (plain.output, asked.output)
+    assert "pnpm, never npm" not in plain.output and "pnpm, never npm" in asked.output

@@ -418,20 +418,28 @@ def context(
     user: UserOption,
     agent: AgentOption = None,
     tenant: TenantOption = None,
+    query: Annotated[
+        str | None,
+        typer.Option(
+            "--query",
+            "-q",
+            help="The turn about to be answered: the facts most relevant to it come first.",
+        ),
+    ] = None,
     url: UrlOption = None,
     config: ConfigOption = None,
 ) -> None:
     """Print the memory block an agent's system prompt gets for USER (memory_context).
 
     Example:
-        memory-sql context --user alice --agent coder
+        memory-sql context --user alice --agent coder --query "how do I deploy?"
     """
     settings = load_config(config, url, create=False)
     with stderr_logging(logging.WARNING), MemoryService(settings, start=False) as service:
         # Loaded here first so that a database problem is an error, not an empty block.
-        doc = service.storage.load(user_id=user, agent_name=agent, tenant_id=tenant)
-        block = service.memory_context(user_id=user, agent_name=agent, tenant_id=tenant)
-    scope = Scope.of(user_id=user, agent_name=agent, tenant_id=tenant)
+        scope = Scope.of(user_id=user, agent_name=agent, tenant_id=tenant)
+        doc = service.storage.load(**scope.arguments())
+        block = service.render_context(doc, scope=scope, query=query)
     if not settings.enabled:
         err.print(
             f"memory is disabled (enabled: false): no block for {lit(scope)}", highlight=False
