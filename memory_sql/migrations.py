@@ -105,9 +105,18 @@ def current_revision(engine: Engine) -> str | None:
         return MigrationContext.configure(connection).get_current_revision()
 
 
-def upgrade(target: Engine | str | URL | None = None, revision: str = "head") -> str | None:
+def upgrade(
+    target: Engine | str | URL | None = None,
+    revision: str = "head",
+    *,
+    text_search_config: str | None = None,
+) -> str | None:
     """Create or migrate the schema of ``target`` up to ``revision`` (default: the newest),
     as ``memory-sql db upgrade`` does; returns the revision the database is at then.
+
+    ``text_search_config`` names PostgreSQL's text search configuration of the facts'
+    full-text index, should this upgrade make it (revision 0011; default
+    ``$MEMORY_SQL_TEXT_SEARCH_CONFIG``, else ``simple``).
 
     ``target`` is an engine or a database URL (``sqlite:///memory.db``,
     ``postgresql+psycopg://user@host/db``; ``None``: ``$MEMORY_SQL_DATABASE_URL``, else
@@ -119,16 +128,18 @@ def upgrade(target: Engine | str | URL | None = None, revision: str = "head") ->
         ValueError: not a supported database URL.
     """
     if isinstance(target, Engine):
-        return _upgrade(target, revision)
+        return _upgrade(target, revision, text_search_config)
     engine = create_engine(target, statement_timeout=None)
     try:
-        return _upgrade(engine, revision)
+        return _upgrade(engine, revision, text_search_config)
     finally:
         engine.dispose()
 
 
-def _upgrade(engine: Engine, revision: str) -> str | None:
+def _upgrade(engine: Engine, revision: str, text_search_config: str | None = None) -> str | None:
     config = alembic_config(engine.url)
+    if text_search_config is not None:
+        config.attributes["text_search_config"] = text_search_config
     with _on(engine, config, f"migrating the schema to {revision}"):
         connection = config.attributes["connection"]
         before = MigrationContext.configure(connection).get_current_revision()

@@ -19,6 +19,7 @@ that would otherwise match nearly every fact.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 
@@ -69,6 +70,7 @@ def _terms(text: str) -> list[str]:
     return [stem(token[:MAX_TERM_CHARS]) for token in _TOKEN.findall(folded)]
 
 
+@functools.lru_cache(maxsize=100_000)
 def stem(word: str) -> str:
     """A light English stem of a lower-case word (other words are returned as they are)."""
     if len(word) < 4 or not _ASCII_WORD.fullmatch(word):

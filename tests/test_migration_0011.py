@@ -9,11 +9,11 @@ import datetime as dt
 import pytest
 import sqlalchemy as sa
 
-from memory_sql import Scope, migrations
+from memory_sql import Fact, Scope, migrations, ops
 from memory_sql.database import create_engine
 from memory_sql.schema import memory_facts, memory_scopes
 from memory_sql.storage import SQLStorage
-from memory_sql.text_search import search_text
+from memory_sql.text_search import query_terms, search_text
 
 T0 = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
 SCOPE = {"tenant_id": "acme", "user_id": "u1", "agent_name": ""}
@@ -102,3 +102,36 @@ def test_existing_facts_are_indexed_and_the_downgrade_removes_the_index(engine):
         assert conn.execute(sa.text("SELECT count(*) FROM memory_facts")).scalar_one() == 2
     migrations.upgrade(engine)
     assert _objects(engine) and migrations.check(engine) is None
+
+
+@pytest.mark.postgres
+def test_the_postgresql_text_search_configuration_is_chosen_at_upgrade(new_pg_database):
+    from memory_sql.errors import ConfigError
+    from memory_sql.storage.search import text_search_config
+
+    bad = create_engine(new_pg_database())
+    try:
+        migrations.upgrade(bad, "0010")
+        with pytest.raises(ConfigError, match="'klingon' is not a text search configuration"):
+            migrations.upgrade(bad, text_search_config="klingon")
+        assert migrations.current_revision(bad) == "0010"  # 0011 rolled back whole
+    finally:
+        bad.dispose()
+    engine = create_engine(new_pg_database())
+    try:
+        migrations.upgrade(engine, text_search_config="english")
+        assert text_search_config(engine) == "english"
+        assert migrations.check(engine) is None
+        scope = Scope.of(user_id="u1", tenant_id="acme")
+        with SQLStorage(engine) as storage:
+            doc = storage.load(**scope.arguments())
+            doc.facts = [Fact(content="Goes running every morning"), Fact(content="Hates the rain")]
+            storage.save(doc, **scope.arguments())
+            doc = storage.load(**scope.arguments())
+            running = next(f.id for f in doc.facts if "running" in f.content)
+            terms = query_terms("who runs in the mornings?")
+            assert [i for i, _ in storage.match_facts(doc, scope, terms)] == [running]
+            found = ops.search_facts(engine, "morning run", user_id="u1", tenant_id="acme")
+            assert [r.fact.id for r in found] == [running]
+    finally:
+        engine.dispose()

@@ -4,9 +4,13 @@
 (:func:`memory_sql.text_search.search_text`: casefolded terms, CJK characters one term each,
 written by the storage with the content). The database indexes it:
 
-- PostgreSQL: ``search_vector``, a ``tsvector`` column generated from it with the ``simple``
-  configuration (the terms are already normalised: no language's stemmer or stop words apply
-  twice), and the GIN index ``ix_memory_facts_search``.
+- PostgreSQL: ``search_vector``, a ``tsvector`` column generated from it, and the GIN index
+  ``ix_memory_facts_search``. The text search configuration is ``simple`` (the terms are
+  already normalised for every language: no stemmer or stop words apply twice), or the one
+  named when this revision runs (``memory-sql db upgrade --text-search-config``,
+  ``memory_sql.upgrade(text_search_config=)``, or ``$MEMORY_SQL_TEXT_SEARCH_CONFIG``), which
+  must exist in ``pg_ts_config``; queries read it back from the
+  column (:func:`memory_sql.storage.search.text_search_config`).
 - SQLite: ``memory_facts_fts``, a contentless FTS5 table (``unicode61``) whose rows share the
   facts' rowids, with a ``scope_key`` column holding one term per memory
   (``'s' || hex(tenant, user, agent)``), so that a query reads only the postings of its own
@@ -30,9 +34,12 @@ Create Date: 2026-12-01
 
 from __future__ import annotations
 
+import os
+
 import sqlalchemy as sa
 from alembic import op
 
+from memory_sql.errors import ConfigError
 from memory_sql.text_search import search_text
 
 revision = "0011"
@@ -66,9 +73,10 @@ SQLITE_OBJECTS = (
     "INSERT INTO memory_facts_fts (rowid, search_text, scope_key) "
     "SELECT rowid, search_text, " + _SCOPE_KEY.format(row="memory_facts") + " FROM memory_facts",
 )
+CONFIG_ENV = "MEMORY_SQL_TEXT_SEARCH_CONFIG"
 POSTGRESQL_OBJECTS = (
     "ALTER TABLE memory_facts ADD COLUMN search_vector tsvector "
-    "GENERATED ALWAYS AS (to_tsvector('simple'::regconfig, search_text)) STORED",
+    "GENERATED ALWAYS AS (to_tsvector('{config}'::regconfig, search_text)) STORED",
     "CREATE INDEX ix_memory_facts_search ON memory_facts USING gin (search_vector)",
 )
 
@@ -111,8 +119,23 @@ def upgrade() -> None:
     )
     _fill_search_text()
     bind = op.get_bind()
-    for statement in POSTGRESQL_OBJECTS if bind.dialect.name == "postgresql" else SQLITE_OBJECTS:
-        op.execute(statement)
+    if bind.dialect.name != "postgresql":
+        for statement in SQLITE_OBJECTS:
+            op.execute(statement)
+        return
+    chosen = op.get_context().config.attributes.get("text_search_config")
+    config = (chosen or os.environ.get(CONFIG_ENV, "")).strip() or "simple"
+    known = bind.execute(
+        sa.text("SELECT 1 FROM pg_ts_config WHERE cfgname = :name"), {"name": config}
+    ).first()
+    if known is None:
+        raise ConfigError(
+            f"text_search_config: {config!r} is not a text search configuration of this "
+            "database (SELECT cfgname FROM pg_ts_config lists them)",
+            key="text_search_config",
+        )
+    for statement in POSTGRESQL_OBJECTS:
+        op.execute(statement.format(config=config))
 
 
 def _fill_search_text() -> None:

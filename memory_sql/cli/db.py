@@ -26,6 +26,15 @@ def db_upgrade(
             "(0001, 0002, …; see `memory-sql db current`).",
         ),
     ] = "head",
+    text_search_config: Annotated[
+        str | None,
+        typer.Option(
+            "--text-search-config",
+            help="PostgreSQL: the text search configuration of the facts' full-text index, "
+            "when revision 0011 makes it (default simple: terms are normalised for every "
+            "language before they reach it).",
+        ),
+    ] = None,
 ) -> None:
     """Create or migrate the schema up to REVISION (default: the newest).
 
@@ -35,7 +44,7 @@ def db_upgrade(
     engine = create_engine(database_url(url, create=True), statement_timeout=None)
     try:
         before = migrations.current_revision(engine)
-        migrations.upgrade(engine, revision)
+        migrations.upgrade(engine, revision, text_search_config=text_search_config)
         after = migrations.current_revision(engine)
     finally:
         engine.dispose()

@@ -20,7 +20,7 @@ from ..storage import MemoryStorage
 from ..text_search import query_terms
 from ..tokens import TokenCounter
 from .heat import AccessHeat
-from .injection import format_memory, wrap_block
+from .injection import FactLines, fact_lines, format_memory, wrap_block
 from .ranking import RankingWeights, query_text, rank_facts
 
 Query = str | Iterable[Any]
@@ -52,11 +52,19 @@ class Recall:
             InvalidMessageError: ``query`` holds a malformed message.
             StorageError: the index could not be read.
         """
+        return self._ranking(doc, scope, query, self._lines(doc))
+
+    def _ranking(
+        self, doc: MemoryDocument, scope: Scope, query: Query, lines: FactLines
+    ) -> list[str]:
         terms = query_terms(query_text(query))
         if not terms or not doc.facts:
             return []
         matches = self.storage.match_facts(doc, scope, terms, limit=self.weights.candidates)
-        return rank_facts(doc.facts, matches, self.weights)
+        return rank_facts(lines.facts_by_id, matches, self.weights, terms=lines.terms)
+
+    def _lines(self, doc: MemoryDocument) -> FactLines:
+        return fact_lines(doc, self.config.guaranteed_categories, self.counter)
 
     def render(
         self,
@@ -74,7 +82,10 @@ class Recall:
             InvalidMessageError: ``query`` holds a malformed message.
             StorageError: the index could not be read.
         """
-        ranking = self.ranking(doc, scope, query) if query is not None else None
+        ranking = None
+        lines = self._lines(doc)
+        if query is not None:
+            ranking = self._ranking(doc, scope, query, lines)
         config = self.config
         formatted = format_memory(
             doc,
@@ -83,6 +94,7 @@ class Recall:
             config.guaranteed_token_budget,
             self.counter,
             ranking=ranking,
+            lines=lines,
         )
         if ranking:
             matched = set(ranking)

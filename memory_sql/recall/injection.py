@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import html
 import logging
+import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Sequence
@@ -145,6 +146,43 @@ class TokenCountCache:
 _DEFAULT_CACHE = TokenCountCache()
 
 
+class _PreparedLines:
+    """A thread-safe LRU of :class:`FactLines`, bounded by entries and by facts held."""
+
+    def __init__(self, max_entries: int = 256, max_facts: int = 200_000) -> None:
+        self.max_entries = max_entries
+        self.max_facts = max_facts
+        self._items: OrderedDict[Hashable, tuple[FactLines, int]] = OrderedDict()
+        self._facts = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable) -> FactLines | None:
+        with self._lock:
+            item = self._items.get(key)
+            if item is None:
+                return None
+            self._items.move_to_end(key)
+            return item[0]
+
+    def put(self, key: Hashable, lines: FactLines, facts: int) -> None:
+        if facts > self.max_facts:
+            return
+        with self._lock:
+            old = self._items.pop(key, None)
+            if old is not None:
+                self._facts -= old[1]
+            self._items[key] = (lines, facts)
+            self._facts += facts
+            while len(self._items) > self.max_entries or self._facts > self.max_facts:
+                _, (_, evicted) = self._items.popitem(last=False)
+                self._facts -= evicted
+
+
+_PREPARED = _PreparedLines()
+"""The fact lines of recently formatted memories, reused while a memory's facts are the very
+objects they were made from (loads of an unchanged memory share its immutable facts)."""
+
+
 def format_memory_for_injection(
     memory: MemoryDocument,
     max_tokens: int = 2000,
@@ -180,6 +218,23 @@ class Formatted(NamedTuple):
     shown: list[str]
 
 
+def fact_lines(
+    memory: MemoryDocument,
+    guaranteed_categories: Iterable[str] = ("correction",),
+    counter: TokenCounter | None = None,
+) -> FactLines:
+    """The fact lines of ``memory`` as :func:`format_memory` reads them (kept while its facts
+    are the same objects), for a caller that also ranks them."""
+    counter = counter if counter is not None else make_token_counter()
+    return _Formatter(counter, _DEFAULT_CACHE).prepare(memory, _categories(guaranteed_categories))
+
+
+def _categories(guaranteed_categories: Iterable[str]) -> frozenset[str]:
+    if isinstance(guaranteed_categories, str):
+        guaranteed_categories = (guaranteed_categories,)
+    return frozenset(c.strip().lower() for c in guaranteed_categories)
+
+
 def format_memory(
     memory: MemoryDocument,
     max_tokens: int = 2000,
@@ -189,16 +244,16 @@ def format_memory(
     *,
     cache: TokenCountCache | None = None,
     ranking: Sequence[str] | None = None,
+    lines: FactLines | None = None,
 ) -> Formatted:
-    """:func:`format_memory_for_injection`, with the ids of the facts shown."""
+    """:func:`format_memory_for_injection`, with the ids of the facts shown. ``lines`` are
+    the memory's :func:`fact_lines`, when the caller has them already."""
     counter = counter if counter is not None else make_token_counter()
     cache = cache if cache is not None else _DEFAULT_CACHE
-    if isinstance(guaranteed_categories, str):
-        guaranteed_categories = (guaranteed_categories,)
-    guaranteed = frozenset(c.strip().lower() for c in guaranteed_categories)
+    guaranteed = _categories(guaranteed_categories)
     try:
         return _Formatter(counter, cache).format(
-            memory, max_tokens, guaranteed, guaranteed_token_budget, ranking
+            memory, max_tokens, guaranteed, guaranteed_token_budget, ranking, lines
         )
     except Exception:
         if isinstance(counter, EstimateCounter):
@@ -272,6 +327,7 @@ class _Formatter:
         guaranteed: frozenset[str],
         guaranteed_budget: int,
         ranking: Sequence[str] | None = None,
+        lines: FactLines | None = None,
     ) -> Formatted:
         head = "\n\n".join(
             part
@@ -281,34 +337,23 @@ class _Formatter:
             )
             if part
         )
-        by_confidence = sorted(memory.facts, key=lambda f: -f.confidence)
-        ids_of_lines: dict[str, str] = {}
-        if ranking:
-            position = {fact_id: index for index, fact_id in enumerate(ranking)}
-            last = len(position)
-            # Guaranteed facts keep their own order (by confidence); a stable sort keeps the
-            # unranked after the ranked, by confidence.
-            by_confidence.sort(
-                key=lambda f: 0 if f.category in guaranteed else position.get(f.id, last)
-            )
-        pools: tuple[list[tuple[str, int]], list[tuple[str, int]]] = ([], [])
-        for fact, line in zip(by_confidence, self._fact_lines(by_confidence), strict=True):
-            pools[fact.category in guaranteed].append(line)
-            ids_of_lines[line[0]] = fact.id
-        kept, used = _fill(pools[True], guaranteed_budget)
+        if lines is None:
+            lines = self.prepare(memory, guaranteed)
+        guaranteed_order, regular_order = _ranked_first(lines, ranking)
+        kept, used = _fill(guaranteed_order, guaranteed_budget)
         header = "\n\n" + FACTS_HEADER if head else FACTS_HEADER
         whole = head
-        if head and pools[False]:
+        if head and lines.regular:
             # The head's share (module docstring): half of what the guaranteed lines leave,
             # or more when the regular facts need less.
             available = max(max_tokens - used, 0)
-            needed = self.tokens(header) + sum(cost for _, cost in pools[False])
+            needed = self.tokens(header) + lines.regular_cost
             share = max(available // 2, available - needed)
             if self.tokens(head) > share:
                 head = self._cut_head(head, "", share)
                 header = "\n\n" + FACTS_HEADER if head else FACTS_HEADER
         regular, _ = _fill(
-            pools[False], max_tokens - self.tokens(head) - self.tokens(header) - used
+            regular_order, max_tokens - self.tokens(head) - self.tokens(header) - used
         )
         if not regular and head != whole:  # the cut let no fact in: not worth making
             head, header = whole, "\n\n" + FACTS_HEADER
@@ -331,8 +376,31 @@ class _Formatter:
                 break
         if not (kept or regular):
             return Formatted(head, [])
-        shown = [ids_of_lines[line] for line in kept + regular]
+        shown = [lines.ids_of_lines[line] for line in kept + regular]
         return Formatted(_join(head, FACTS_HEADER + "".join(kept) + "".join(regular)), shown)
+
+    def prepare(self, memory: MemoryDocument, guaranteed: frozenset[str]) -> FactLines:
+        """The fact lines of ``memory`` (from :data:`_PREPARED` while its facts are the same
+        objects: loads of an unchanged memory share them)."""
+        facts = memory.facts
+        key = (self.name, guaranteed, len(facts), id(facts[0]) if facts else 0)
+        known = _PREPARED.get(key)
+        if known is not None and all(map(operator.is_, known.facts, facts)):
+            return known
+        by_confidence = sorted(facts, key=lambda f: -f.confidence)
+        lines = FactLines(tuple(facts))
+        for fact, (line, cost) in zip(by_confidence, self._fact_lines(by_confidence), strict=True):
+            entry = (line, cost, fact.id)
+            if fact.category in guaranteed:
+                lines.guaranteed.append(entry)
+            else:
+                lines.regular.append(entry)
+                lines.regular_cost += cost
+            lines.ids_of_lines[line] = fact.id
+            lines.by_id[fact.id] = (entry, fact.category in guaranteed)
+        lines.cheapest_after = _cheapest_after([cost for _, cost, _ in lines.regular])
+        _PREPARED.put(key, lines, len(facts))
+        return lines
 
     def _fact_lines(self, facts: list[Fact]) -> list[tuple[str, int]]:
         """``("\\n- [category | 0.85] content", its token count)`` for each fact."""
@@ -377,13 +445,91 @@ class _Formatter:
         return best
 
 
-def _fill(lines: Iterable[tuple[str, int]], budget: int) -> tuple[list[str], int]:
-    """The lines, in order, whose costs fit in ``budget`` (skipping any that does not), and
-    the sum of their costs."""
+class FactLines:
+    """A memory's fact lines with their token counts, by confidence, highest first (ties in
+    stored order): those of the guaranteed categories and the others, kept between calls for
+    the same facts (:data:`_PREPARED`)."""
+
+    __slots__ = (
+        "by_id",
+        "cheapest_after",
+        "facts",
+        "facts_by_id",
+        "guaranteed",
+        "ids_of_lines",
+        "regular",
+        "regular_cost",
+        "terms",
+    )
+
+    def __init__(self, facts: tuple[Fact, ...]) -> None:
+        self.facts = facts
+        self.facts_by_id = {fact.id: fact for fact in facts}
+        self.terms: dict[str, frozenset[str]] = {}
+        """The search terms of facts, filled as ranking asks for them."""
+        self.guaranteed: list[tuple[str, int, str]] = []
+        self.regular: list[tuple[str, int, str]] = []
+        self.regular_cost = 0
+        self.cheapest_after: list[int] = []
+        self.ids_of_lines: dict[str, str] = {}
+        self.by_id: dict[str, tuple[tuple[str, int, str], bool]] = {}
+
+
+class _Order(NamedTuple):
+    """Lines in the order they are offered: ``first`` (the ranked ones), then those of
+    ``rest`` not among them, the walk of ``rest`` stopping once nothing after fits
+    (``cheapest_after``: the least cost from each position of ``rest`` on)."""
+
+    first: list[tuple[str, int, str]]
+    rest: list[tuple[str, int, str]]
+    cheapest_after: list[int] | None
+    taken: frozenset[str] = frozenset()
+
+
+def _ranked_first(lines: FactLines, ranking: Sequence[str] | None) -> tuple[_Order, _Order]:
+    """The guaranteed and the other lines, each pool's ranked lines first, in ``ranking``'s
+    order, then the others by confidence."""
+    if not ranking:
+        return _Order([], lines.guaranteed, None), _Order([], lines.regular, lines.cheapest_after)
+    first: tuple[list[tuple[str, int, str]], list[tuple[str, int, str]]] = ([], [])
+    taken: set[str] = set()
+    for fact_id in ranking:
+        found = lines.by_id.get(fact_id)
+        if found is not None and fact_id not in taken:
+            taken.add(fact_id)
+            first[found[1]].append(found[0])
+    done = frozenset(taken)
+    return (
+        _Order(first[True], lines.guaranteed, None, done),
+        _Order(first[False], lines.regular, lines.cheapest_after, done),
+    )
+
+
+def _cheapest_after(costs: list[int]) -> list[int]:
+    """``[min(costs[i:]) for i in range(len(costs))]``."""
+    cheapest = []
+    low = None
+    for cost in reversed(costs):
+        low = cost if low is None or cost < low else low
+        cheapest.append(low)
+    cheapest.reverse()
+    return cheapest
+
+
+def _fill(order: _Order, budget: int) -> tuple[list[str], int]:
+    """The lines of ``order``, in order, whose costs fit in ``budget`` (skipping any that does
+    not), and the sum of their costs."""
     kept: list[str] = []
     used = 0
-    for line, cost in lines:
+    for line, cost, _ in order.first:
         if used + cost <= budget:
+            kept.append(line)
+            used += cost
+    cheapest_after, taken = order.cheapest_after, order.taken
+    for index, (line, cost, fact_id) in enumerate(order.rest):
+        if cheapest_after is not None and used + cheapest_after[index] > budget:
+            break
+        if used + cost <= budget and fact_id not in taken:
             kept.append(line)
             used += cost
     return kept, used

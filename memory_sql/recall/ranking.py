@@ -17,7 +17,7 @@ facts of the guaranteed categories still go first whatever the query.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -57,17 +57,19 @@ def query_text(query: str | Iterable[Any]) -> str:
 
 
 def rank_facts(
-    facts: Sequence[Fact],
+    facts: Sequence[Fact] | Mapping[str, Fact],
     matches: Sequence[tuple[str, float]],
     weights: RankingWeights = RankingWeights(),
     *,
     now: datetime | None = None,
+    terms: dict[str, frozenset[str]] | None = None,
 ) -> list[str]:
-    """The ids of the matched facts (``matches``: fact id and BM25 score), best first."""
+    """The ids of the matched facts (``matches``: fact id and BM25 score), best first.
+    ``facts`` may be given by id; ``terms`` keeps facts' search terms between calls."""
     if not matches:
         return []
     now = now or datetime.now(timezone.utc)
-    by_id = {fact.id: fact for fact in facts}
+    by_id = facts if isinstance(facts, Mapping) else {fact.id: fact for fact in facts}
     best = max(score for _, score in matches) or 1.0
     scored = []
     for fact_id, bm25 in matches:
@@ -83,17 +85,39 @@ def rank_facts(
         )
         scored.append((score, fact))
     scored.sort(key=lambda item: -item[0])
-    return _spread([fact for _, fact in scored], weights.duplicate_overlap)
+    known = terms if terms is not None else {}
+    return _spread([fact for _, fact in scored], weights.duplicate_overlap, known)
 
 
-def _spread(ranked: list[Fact], overlap: float) -> list[str]:
+SPREAD_WINDOW = 12
+"""A fact is compared with this many of the facts kept just before it: near-duplicates score
+alike, so they come close together."""
+
+
+def _spread(ranked: list[Fact], overlap: float, known: dict[str, frozenset[str]]) -> list[str]:
     """``ranked`` with each near-duplicate of an earlier fact moved behind the others."""
-    kept: list[tuple[str, frozenset[str]]] = []
+    kept: list[str] = []
+    recent: list[tuple[frozenset[str], int]] = []
     later: list[str] = []
     for fact in ranked:
-        terms = frozenset(search_text(fact.content).split())
-        if terms and any(len(terms & other) >= overlap * len(terms | other) for _, other in kept):
+        terms = known.get(fact.id)
+        if terms is None:
+            terms = known[fact.id] = frozenset(search_text(fact.content).split())
+        size = len(terms)
+        # |a ∩ b| ≥ overlap · |a ∪ b| needs the smaller set to be ≥ overlap · the larger
+        low, high = overlap * size, size / overlap
+        duplicate = False
+        for other, other_size in recent:
+            if low <= other_size <= high:
+                shared = len(terms & other)
+                if shared >= overlap * (size + other_size - shared):
+                    duplicate = True
+                    break
+        if duplicate and size:
             later.append(fact.id)
-        else:
-            kept.append((fact.id, terms))
-    return [fact_id for fact_id, _ in kept] + later
+            continue
+        kept.append(fact.id)
+        recent.append((terms, size))
+        if len(recent) > SPREAD_WINDOW:
+            del recent[0]
+    return kept + later

@@ -9,9 +9,10 @@ Two questions are asked of the index, with terms cut by :func:`memory_sql.text_s
   for a fact holding every term (each also as a prefix: ``pyth`` finds "Python"), and a
   relevance to order by.
 
-PostgreSQL scores in SQL over the postings of the memory's matching rows (``unnest`` of the
-generated ``tsvector``): BM25's document frequencies are the memory's own, the fact count is the
-memory's, the average length that of the matching facts. SQLite asks FTS5, whose ``bm25()``
+PostgreSQL returns the postings of the query's terms in the memory's matching rows (``unnest``
+of the generated ``tsvector``, found through its GIN index), and BM25 is summed from them:
+document frequencies and the fact count are the memory's own, the average length that of the
+matching facts. SQLite asks FTS5, whose ``bm25()``
 weighs terms by their frequency in the whole table, restricted to the memory by its scope term.
 The JSON-file store, which has no index, scores the same BM25 in Python over the loaded memory
 (:func:`score_in_memory`).
@@ -24,8 +25,10 @@ from __future__ import annotations
 
 import math
 import re
+import weakref
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -39,31 +42,29 @@ from .driver import DriverConnection, DriverFallback, unobserved
 K1 = 1.2
 B = 0.75
 
-_PG_MATCH = """
-WITH hits AS (
-    SELECT f.fact_id, t.lexeme, cardinality(t.positions) AS tf, length(f.search_vector) AS dl
-    FROM memory_facts AS f CROSS JOIN LATERAL unnest(f.search_vector) AS t
-    WHERE f.tenant_id = %(tenant)s AND f.user_id = %(user)s AND f.agent_name = %(agent)s
-      AND f.search_vector @@ CAST(%(query)s AS tsquery)
-      AND t.lexeme = ANY(CAST(%(terms)s AS text[]))
-),
-df AS (SELECT lexeme, count(*) AS n FROM hits GROUP BY lexeme),
-avgdl AS (SELECT greatest(avg(dl), 1) AS v FROM (SELECT DISTINCT fact_id, dl FROM hits) AS d)
-SELECT h.fact_id,
-       sum(ln(1 + (%(n)s - df.n + 0.5) / (df.n + 0.5))
-           * h.tf * (%(k1)s + 1) / (h.tf + %(k1)s * (1 - %(b)s + %(b)s * h.dl / avgdl.v)))
-FROM hits AS h JOIN df USING (lexeme) CROSS JOIN avgdl
-GROUP BY h.fact_id
-ORDER BY 2 DESC, h.fact_id
-LIMIT %(limit)s"""
+# The postings of the query's terms in the memory's matching facts: (fact, term, times the
+# term occurs in it, the fact's length in terms). BM25 is summed from them below.
+_PG_POSTINGS = """
+SELECT f.fact_id, t.lexeme, cardinality(t.positions), length(f.search_vector)
+FROM memory_facts AS f CROSS JOIN LATERAL unnest(f.search_vector) AS t
+WHERE f.tenant_id = %(tenant)s AND f.user_id = %(user)s AND f.agent_name = %(agent)s
+  AND f.search_vector @@ to_tsquery(CAST(%(config)s AS regconfig), %(query)s)
+  AND t.lexeme = ANY(tsvector_to_array(to_tsvector(CAST(%(config)s AS regconfig), %(text)s)))
+LIMIT %(postings)s"""
 
+MAX_POSTINGS = 20_000
+"""At most this many postings are read for one query (a query of very common words)."""
+
+# The best rows first, by the index alone (its scope term keeps it to the memory); then their
+# facts, the scope checked again.
 _SQLITE_MATCH = """
-SELECT f.fact_id, -bm25(memory_facts_fts, 1.0, 0.0)
-FROM memory_facts_fts JOIN memory_facts AS f ON f.rowid = memory_facts_fts.rowid
-WHERE memory_facts_fts MATCH :match
-  AND f.tenant_id = :tenant AND f.user_id = :user AND f.agent_name = :agent
-ORDER BY bm25(memory_facts_fts, 1.0, 0.0), f.fact_id
-LIMIT :limit"""
+SELECT f.fact_id, -h.score
+FROM (SELECT rowid, bm25(memory_facts_fts, 1.0, 0.0) AS score
+      FROM memory_facts_fts WHERE memory_facts_fts MATCH :match
+      ORDER BY score LIMIT :limit) AS h
+JOIN memory_facts AS f ON f.rowid = h.rowid
+WHERE f.tenant_id = :tenant AND f.user_id = :user AND f.agent_name = :agent
+ORDER BY h.score, f.fact_id"""
 
 
 def match_facts(
@@ -79,15 +80,13 @@ def match_facts(
         return []
     where = {"tenant": scope.tenant_id, "user": scope.user_id, "agent": scope.agent_key}
     if engine.dialect.name == "postgresql":
-        sql = _PG_MATCH
+        sql = _PG_POSTINGS
         params = {
             **where,
+            "config": text_search_config(engine),
             "query": " | ".join(_quoted_lexeme(term) for term in terms),
-            "terms": list(terms),
-            "n": facts,
-            "k1": K1,
-            "b": B,
-            "limit": limit,
+            "text": " ".join(terms),
+            "postings": MAX_POSTINGS,
         }
     else:
         sql = _SQLITE_MATCH
@@ -96,17 +95,42 @@ def match_facts(
             f"scope_key : {_quoted_phrase(scope_term(scope))} AND search_text : ({alternatives})"
         )
         params = {**where, "match": match, "limit": limit}
+    rows = _rows(engine, sql, params)
+    if engine.dialect.name == "postgresql":
+        return _bm25(rows, facts, limit)
+    return [(row[0], float(row[1])) for row in rows]
+
+
+def _rows(engine: Engine, sql: str, params: dict[str, Any]) -> list[Any]:
     if unobserved(engine):
         try:
             with DriverConnection(engine) as dbapi:
-                return [(row[0], float(row[1])) for row in dbapi.execute(sql, params).fetchall()]
+                return dbapi.execute(sql, params).fetchall()
         except DriverFallback:
             pass
     statement = sa.text(_named(sql) if engine.dialect.name == "postgresql" else sql)
-    if engine.dialect.name == "postgresql":
-        statement = statement.bindparams(sa.bindparam("terms", type_=sa.ARRAY(sa.Text)))
     with engine.connect() as conn:
-        return [(row[0], float(row[1])) for row in conn.execute(statement, params)]
+        return list(conn.execute(statement, params))
+
+
+def _bm25(postings: list[Any], facts: int, limit: int) -> list[tuple[str, float]]:
+    """BM25 of the facts in ``postings`` (fact, term, frequency, length): document
+    frequencies are the memory's own (every fact holding a term is among the postings), the
+    average length that of the matching facts."""
+    if not postings:
+        return []
+    frequency = Counter(term for _, term, _, _ in postings)
+    lengths = {fact_id: length for fact_id, _, _, length in postings}
+    average = max(sum(lengths.values()) / len(lengths), 1.0)
+    n = max(facts, len(lengths))
+    idf = {
+        term: math.log(1 + (n - count + 0.5) / (count + 0.5)) for term, count in frequency.items()
+    }
+    scores: dict[str, float] = dict.fromkeys(lengths, 0.0)
+    for fact_id, term, tf, length in postings:
+        scores[fact_id] += idf[term] * tf * (K1 + 1) / (tf + K1 * (1 - B + B * length / average))
+    ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+    return ranked[:limit]
 
 
 def search_condition(
@@ -115,7 +139,9 @@ def search_condition(
     """A condition true for facts holding every term (each also as a prefix), and a relevance
     (higher is better) for them, for a search over ``memory_facts`` across memories."""
     if engine.dialect.name == "postgresql":
-        query = sa.cast(" & ".join(_quoted_lexeme(term) + ":*" for term in terms), _TSQUERY)
+        text = " & ".join(_quoted_lexeme(term) + ":*" for term in terms)
+        config = sa.cast(text_search_config(engine), _REGCONFIG)
+        query = sa.func.to_tsquery(config, text, type_=_TSQUERY)
         vector = sa.literal_column("memory_facts.search_vector", _TSVECTOR)
         return vector.op("@@")(query), sa.func.ts_rank_cd(vector, query)
     match = "search_text : (" + " AND ".join(_quoted_phrase(term) + " *" for term in terms) + ")"
@@ -176,6 +202,32 @@ def rebuild_sqlite_index(engine: Engine) -> int:
         return conn.execute(sa.select(sa.func.count()).select_from(memory_facts)).scalar_one()
 
 
+def text_search_config(engine: Engine) -> str:
+    """The text search configuration of PostgreSQL's ``search_vector`` column (revision 0011
+    chose it), read once per engine."""
+    known = _CONFIGS.get(engine)
+    if known is None:
+        with engine.connect() as conn:
+            expression = conn.exec_driver_sql(_COLUMN_EXPRESSION).scalar()
+        found = re.search(r"'([^']+)'::regconfig", expression or "")
+        known = _CONFIGS[engine] = found.group(1) if found else "simple"
+    return known
+
+
+_CONFIGS: weakref.WeakKeyDictionary[Engine, str] = weakref.WeakKeyDictionary()
+_COLUMN_EXPRESSION = """
+SELECT pg_get_expr(d.adbin, d.adrelid)
+FROM pg_attrdef AS d JOIN pg_attribute AS a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+WHERE d.adrelid = 'memory_facts'::regclass AND a.attname = 'search_vector'"""
+
+
+class _RegConfigType(sa.types.UserDefinedType):
+    cache_ok = True
+
+    def get_col_spec(self, **kw: object) -> str:
+        return "regconfig"
+
+
 class _TSQueryType(sa.types.UserDefinedType):
     cache_ok = True
 
@@ -190,6 +242,7 @@ class _TSVectorType(sa.types.UserDefinedType):
         return "tsvector"
 
 
+_REGCONFIG = _RegConfigType()
 _TSQUERY = _TSQueryType()
 _TSVECTOR = _TSVectorType()
 
