@@ -97,6 +97,7 @@ _NUMBER_FIELDS = (
     "recall_recency_half_life_days",
     "recall_duplicate_overlap",
     "recall_candidates",
+    "recall_expansion_weight",
     "access_heat_flush_seconds",
     "eviction_confidence_weight",
     "eviction_freshness_weight",
@@ -219,6 +220,7 @@ class MemoryConfig(BaseModel):
     recall_recency_half_life_days: float = Field(180.0, gt=0, le=36500)
     recall_duplicate_overlap: float = Field(0.7, gt=0, le=1)
     recall_candidates: int = Field(100, ge=1, le=2000)
+    recall_expansion_weight: float = Field(0.0, ge=0, le=10)
     access_heat_flush_seconds: float = Field(30.0, gt=0, le=86400)
     eviction_policy: Literal["confidence", "hybrid"] = "confidence"
     eviction_confidence_weight: float = Field(0.65, ge=0, le=100)

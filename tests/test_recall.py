@@ -154,7 +154,8 @@ def test_the_score_blends_relevance_confidence_and_recency():
 def test_the_index_follows_every_change(storage, scope):
     """Insert, reword, move to another memory by forgetting, delete: the index answers as the
     table does, on every backend."""
-    recall = Recall(MemoryConfig(max_facts=10_000), storage, make_token_counter(False))
+    config = MemoryConfig(max_facts=10_000, recall_expansion_weight=0)
+    recall = Recall(config, storage, make_token_counter(False))
     try:
         ranked = recall.ranking
         checked = Scope.of(**scope)
@@ -289,3 +290,27 @@ def test_the_context_command_takes_a_query(sqlite_url, scope):
     asked = runner.invoke(app, [*base, "--query", "how do I deploy with pnpm?"])
     assert plain.exit_code == asked.exit_code == 0, (plain.output, asked.output)
     assert "pnpm, never npm" not in plain.output and "pnpm, never npm" in asked.output
+
+
+def test_a_second_lookup_follows_the_best_matchs_own_terms(target, scope):
+    """ "Has the notification service had incidents?" shares no word with "Zephyr went down";
+    the best match names Zephyr, and the second lookup by its terms finds the outage."""
+    doc = MemoryDocument(
+        facts=[
+            Fact(content="Zephyr is the notification service of the company", confidence=0.8),
+            Fact(content="Zephyr went down on 3 May because of an expired certificate"),
+            *(Fact(content=f"Attended standup number {n}", confidence=0.99) for n in range(80)),
+        ]
+    )
+    for weight, expected in ((0.05, True), (0.0, False)):
+        config = MemoryConfig(
+            storage=target, recall_expansion_weight=weight, injected_memory_max_tokens=100
+        )
+        with MemoryService(config, start=False) as service:
+            if weight:
+                service.storage.save(doc, **scope)
+            block = service.memory_context(
+                **scope, query="Has the notification service had incidents?"
+            )
+            assert "Zephyr is the notification service" in block
+            assert ("Zephyr went down" in block) is expected

@@ -21,7 +21,7 @@ from ..text_search import query_terms
 from ..tokens import TokenCounter
 from .heat import AccessHeat
 from .injection import FactLines, fact_lines, format_memory, wrap_block
-from .ranking import RankingWeights, query_text, rank_facts
+from .ranking import RankingWeights, expansion_terms, merge_matches, query_text, rank_facts
 
 Query = str | Iterable[Any]
 """A query: text, or the messages of a conversation (its last user turns are used)."""
@@ -42,6 +42,7 @@ class Recall:
             recency_half_life_days=config.recall_recency_half_life_days,
             duplicate_overlap=config.recall_duplicate_overlap,
             candidates=config.recall_candidates,
+            expansion=config.recall_expansion_weight,
         )
         self.heat = AccessHeat(storage, config.access_heat_flush_seconds)
 
@@ -60,7 +61,14 @@ class Recall:
         terms = query_terms(query_text(query))
         if not terms or not doc.facts:
             return []
-        matches = self.storage.match_facts(doc, scope, terms, limit=self.weights.candidates)
+        limit = self.weights.candidates
+        matches = self.storage.match_facts(doc, scope, terms, limit=limit)
+        weight = self.weights.expansion
+        if matches and weight > 0:
+            extra = expansion_terms(matches, lines, terms, self.weights.expansion_facts)
+            if extra:
+                found = self.storage.match_facts(doc, scope, extra, limit=limit)
+                matches = merge_matches(matches, found, weight)
         return rank_facts(lines.facts_by_id, matches, self.weights, terms=lines.terms)
 
     def _lines(self, doc: MemoryDocument) -> FactLines:

@@ -24,7 +24,7 @@ from typing import Any
 
 from ..intake.messages import normalize_messages
 from ..models import Fact
-from ..text_search import search_text
+from ..text_search import STOPWORDS, search_text
 
 QUERY_TURNS = 2
 """How many of the last user turns of a conversation make its query."""
@@ -41,6 +41,10 @@ class RankingWeights:
     duplicate_overlap: float = 0.7
     candidates: int = 100
     """How many of the best text matches the database returns to be scored."""
+    expansion: float = 0.0
+    """The weight of the second lookup, by the best matches' own terms (0: none)."""
+    expansion_facts: int = 1
+    """How many of the best matches give their terms to the second lookup."""
 
 
 def query_text(query: str | Iterable[Any]) -> str:
@@ -92,6 +96,8 @@ def rank_facts(
 SPREAD_WINDOW = 12
 """A fact is compared with this many of the facts kept just before it: near-duplicates score
 alike, so they come close together."""
+SPREAD_DEPTH = 60
+"""Only the best this many matches are spread (more rarely fit a block); the rest follow."""
 
 
 def _spread(ranked: list[Fact], overlap: float, known: dict[str, frozenset[str]]) -> list[str]:
@@ -99,7 +105,7 @@ def _spread(ranked: list[Fact], overlap: float, known: dict[str, frozenset[str]]
     kept: list[str] = []
     recent: list[tuple[frozenset[str], int]] = []
     later: list[str] = []
-    for fact in ranked:
+    for fact in ranked[:SPREAD_DEPTH]:
         terms = known.get(fact.id)
         if terms is None:
             terms = known[fact.id] = frozenset(search_text(fact.content).split())
@@ -120,4 +126,47 @@ def _spread(ranked: list[Fact], overlap: float, known: dict[str, frozenset[str]]
         recent.append((terms, size))
         if len(recent) > SPREAD_WINDOW:
             del recent[0]
-    return kept + later
+    return kept + later + [fact.id for fact in ranked[SPREAD_DEPTH:]]
+
+
+EXPANSION_TERMS = 8
+"""At most this many terms of the best matches go into the second lookup."""
+
+
+def expansion_terms(
+    matches: Sequence[tuple[str, float]],
+    lines: Any,
+    query: Sequence[str],
+    facts: int,
+) -> list[str]:
+    """Terms of the ``facts`` best matches that the query did not have, longest first (names
+    and rare words rather than short common ones), for a second lookup: a question about "the
+    notification service" finds "Zephyr is the notification service", and through "zephyr"
+    the facts about Zephyr that share no word with the question."""
+    have = set(query)
+    found: dict[str, None] = {}
+    for fact_id, _ in matches[:facts]:
+        fact = lines.facts_by_id.get(fact_id)
+        if fact is None:
+            continue
+        terms = lines.terms.get(fact_id)
+        if terms is None:
+            terms = lines.terms[fact_id] = frozenset(search_text(fact.content).split())
+        for term in terms:
+            if term not in have and term not in STOPWORDS and (len(term) > 2 or not term.isascii()):
+                found[term] = None
+    return sorted(found, key=lambda term: (-len(term), term))[:EXPANSION_TERMS]
+
+
+def merge_matches(
+    first: Sequence[tuple[str, float]], second: Sequence[tuple[str, float]], weight: float
+) -> list[tuple[str, float]]:
+    """The text scores of both lookups: the first's, plus ``weight`` times the second's
+    (scaled to the first's best), best first."""
+    if not second:
+        return list(first)
+    scale = weight * (first[0][1] if first else 1.0) / (second[0][1] or 1.0)
+    scores = dict(first)
+    for fact_id, score in second:
+        scores[fact_id] = scores.get(fact_id, 0.0) + scale * score
+    return sorted(scores.items(), key=lambda item: (-item[1], item[0]))

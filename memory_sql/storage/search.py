@@ -9,10 +9,10 @@ Two questions are asked of the index, with terms cut by :func:`memory_sql.text_s
   for a fact holding every term (each also as a prefix: ``pyth`` finds "Python"), and a
   relevance to order by.
 
-PostgreSQL returns the postings of the query's terms in the memory's matching rows (``unnest``
-of the generated ``tsvector``, found through its GIN index), and BM25 is summed from them:
-document frequencies and the fact count are the memory's own, the average length that of the
-matching facts. SQLite asks FTS5, whose ``bm25()``
+PostgreSQL finds the memory's matching facts through the GIN index of the generated
+``tsvector`` and returns their searchable text, from which :func:`bm25` scores them: document
+frequencies and the fact count are the memory's own, the average length that of the matching
+facts. SQLite asks FTS5, whose ``bm25()``
 weighs terms by their frequency in the whole table, restricted to the memory by its scope term.
 The JSON-file store, which has no index, scores the same BM25 in Python over the loaded memory
 (:func:`score_in_memory`).
@@ -23,6 +23,9 @@ quoted all the same.
 
 from __future__ import annotations
 
+import functools
+import heapq
+import itertools
 import math
 import re
 import weakref
@@ -42,18 +45,16 @@ from .driver import DriverConnection, DriverFallback, unobserved
 K1 = 1.2
 B = 0.75
 
-# The postings of the query's terms in the memory's matching facts: (fact, term, times the
-# term occurs in it, the fact's length in terms). BM25 is summed from them below.
-_PG_POSTINGS = """
-SELECT f.fact_id, t.lexeme, cardinality(t.positions), length(f.search_vector)
-FROM memory_facts AS f CROSS JOIN LATERAL unnest(f.search_vector) AS t
-WHERE f.tenant_id = %(tenant)s AND f.user_id = %(user)s AND f.agent_name = %(agent)s
-  AND f.search_vector @@ to_tsquery(CAST(%(config)s AS regconfig), %(query)s)
-  AND t.lexeme = ANY(tsvector_to_array(to_tsvector(CAST(%(config)s AS regconfig), %(text)s)))
-LIMIT %(postings)s"""
+# The memory's facts holding any of the terms, found through the GIN index, with their
+# searchable text: BM25 is computed from it below.
+_PG_MATCHING = """
+SELECT fact_id, search_text FROM memory_facts
+WHERE tenant_id = %(tenant)s AND user_id = %(user)s AND agent_name = %(agent)s
+  AND search_vector @@ to_tsquery(CAST(%(config)s AS regconfig), %(query)s)
+LIMIT %(most)s"""
 
-MAX_POSTINGS = 20_000
-"""At most this many postings are read for one query (a query of very common words)."""
+MAX_MATCHING = 20_000
+"""At most this many matching facts are scored for one query (a query of very common words)."""
 
 # The best rows first, by the index alone (its scope term keeps it to the memory); then their
 # facts, the scope checked again.
@@ -80,13 +81,12 @@ def match_facts(
         return []
     where = {"tenant": scope.tenant_id, "user": scope.user_id, "agent": scope.agent_key}
     if engine.dialect.name == "postgresql":
-        sql = _PG_POSTINGS
+        sql = _PG_MATCHING
         params = {
             **where,
             "config": text_search_config(engine),
             "query": " | ".join(_quoted_lexeme(term) for term in terms),
-            "text": " ".join(terms),
-            "postings": MAX_POSTINGS,
+            "most": MAX_MATCHING,
         }
     else:
         sql = _SQLITE_MATCH
@@ -97,7 +97,7 @@ def match_facts(
         params = {**where, "match": match, "limit": limit}
     rows = _rows(engine, sql, params)
     if engine.dialect.name == "postgresql":
-        return _bm25(rows, facts, limit)
+        return bm25(rows, terms, limit=limit, facts=facts)
     return [(row[0], float(row[1])) for row in rows]
 
 
@@ -113,24 +113,49 @@ def _rows(engine: Engine, sql: str, params: dict[str, Any]) -> list[Any]:
         return list(conn.execute(statement, params))
 
 
-def _bm25(postings: list[Any], facts: int, limit: int) -> list[tuple[str, float]]:
-    """BM25 of the facts in ``postings`` (fact, term, frequency, length): document
-    frequencies are the memory's own (every fact holding a term is among the postings), the
-    average length that of the matching facts."""
-    if not postings:
+def bm25(
+    documents: Sequence[tuple[str, str]],
+    terms: Sequence[str],
+    *,
+    limit: int,
+    facts: int | None = None,
+) -> list[tuple[str, float]]:
+    """BM25 of ``documents`` (fact id, searchable text) for ``terms``, best first, at most
+    ``limit``. Document frequencies are counted over ``documents``, which must hold every fact
+    of the memory that holds a term; ``facts`` is the memory's size (default: the documents'),
+    the average length that of ``documents``."""
+    wanted = set(terms)
+    if not wanted or not documents:
         return []
-    frequency = Counter(term for _, term, _, _ in postings)
-    lengths = {fact_id: length for fact_id, _, _, length in postings}
-    average = max(sum(lengths.values()) / len(lengths), 1.0)
-    n = max(facts, len(lengths))
+    total = 0
+    held = []
+    for fact_id, text in documents:
+        counts, length = _term_counts(text)
+        total += length
+        common = counts.keys() & wanted
+        if common:
+            held.append((fact_id, counts, length, common))
+    average = max(total / len(documents), 1.0)
+    frequency = Counter(itertools.chain.from_iterable(common for *_, common in held))
+    n = max(facts or 0, len(documents))
     idf = {
         term: math.log(1 + (n - count + 0.5) / (count + 0.5)) for term, count in frequency.items()
     }
-    scores: dict[str, float] = dict.fromkeys(lengths, 0.0)
-    for fact_id, term, tf, length in postings:
-        scores[fact_id] += idf[term] * tf * (K1 + 1) / (tf + K1 * (1 - B + B * length / average))
-    ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))
-    return ranked[:limit]
+    scored = []
+    for fact_id, counts, length, common in held:
+        norm = K1 * (1 - B + B * length / average)
+        score = 0.0
+        for term in common:
+            tf = counts[term]
+            score += idf[term] * tf * (K1 + 1) / (tf + norm)
+        scored.append((-score, fact_id))
+    return [(fact_id, -negative) for negative, fact_id in heapq.nsmallest(limit, scored)]
+
+
+@functools.lru_cache(maxsize=100_000)
+def _term_counts(text: str) -> tuple[dict[str, int], int]:
+    words = text.split()
+    return dict(Counter(words)), len(words)
 
 
 def search_condition(
@@ -166,25 +191,7 @@ def score_in_memory(
     facts: Sequence[Fact], terms: Sequence[str], *, limit: int
 ) -> list[tuple[str, float]]:
     """:func:`match_facts` for a memory without an index: BM25 computed here over ``facts``."""
-    wanted = set(terms)
-    if not wanted or not facts:
-        return []
-    documents = [(fact.id, Counter(search_text(fact.content).split())) for fact in facts]
-    average = max(sum(sum(counts.values()) for _, counts in documents) / len(documents), 1.0)
-    frequency = Counter(term for _, counts in documents for term in wanted & counts.keys())
-    n = len(documents)
-    scored = []
-    for fact_id, counts in documents:
-        length = sum(counts.values())
-        score = 0.0
-        for term in wanted & counts.keys():
-            tf = counts[term]
-            idf = math.log(1 + (n - frequency[term] + 0.5) / (frequency[term] + 0.5))
-            score += idf * tf * (K1 + 1) / (tf + K1 * (1 - B + B * length / average))
-        if score > 0:
-            scored.append((fact_id, score))
-    scored.sort(key=lambda item: (-item[1], item[0]))
-    return scored[:limit]
+    return bm25([(fact.id, search_text(fact.content)) for fact in facts], terms, limit=limit)
 
 
 def rebuild_sqlite_index(engine: Engine) -> int:
