@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test quick lint bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +16,9 @@ demo: $(VENV)/.installed  ## store and show a sample memory on the embedded SQLi
 
 test: lint  ## lint, then the whole suite (SQLite, PostgreSQL on 127.0.0.1:5432, files)
 	$(BIN)/pytest
+
+quick: lint  ## the edit-test loop: the suite without the slow fault tests and the HTTP service
+	$(BIN)/pytest -q -m "not slow" --ignore=tests/server -p no:cacheprovider
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .

@@ -24,6 +24,7 @@ quoted all the same.
 from __future__ import annotations
 
 import functools
+import hashlib
 import heapq
 import itertools
 import math
@@ -48,9 +49,10 @@ B = 0.75
 # The memory's facts holding any of the terms, found through the GIN index, with their
 # searchable text: BM25 is computed from it below.
 _PG_MATCHING = """
-SELECT fact_id, search_text FROM memory_facts
-WHERE tenant_id = %(tenant)s AND user_id = %(user)s AND agent_name = %(agent)s
-  AND search_vector @@ to_tsquery(CAST(%(config)s AS regconfig), %(query)s)
+SELECT fact_id, search_text, tenant_id, user_id, agent_name FROM memory_facts
+WHERE search_vector @@ (
+    CAST(%(memory)s AS tsquery) && to_tsquery(CAST(%(config)s AS regconfig), %(query)s)
+)
 LIMIT %(most)s"""
 
 MAX_MATCHING = 20_000
@@ -79,11 +81,10 @@ def match_facts(
     """
     if not terms:
         return []
-    where = {"tenant": scope.tenant_id, "user": scope.user_id, "agent": scope.agent_key}
     if engine.dialect.name == "postgresql":
         sql = _PG_MATCHING
         params = {
-            **where,
+            "memory": _quoted_lexeme(pg_scope_term(scope)),
             "config": text_search_config(engine),
             "query": " | ".join(_quoted_lexeme(term) for term in terms),
             "most": MAX_MATCHING,
@@ -91,13 +92,19 @@ def match_facts(
     else:
         sql = _SQLITE_MATCH
         alternatives = " OR ".join(_quoted_phrase(term) for term in terms)
-        match = (
-            f"scope_key : {_quoted_phrase(scope_term(scope))} AND search_text : ({alternatives})"
-        )
-        params = {**where, "match": match, "limit": limit}
+        own = _quoted_phrase(scope_term(scope))
+        params = {
+            "tenant": scope.tenant_id,
+            "user": scope.user_id,
+            "agent": scope.agent_key,
+            "match": f"scope_key : {own} AND search_text : ({alternatives})",
+            "limit": limit,
+        }
     rows = _rows(engine, sql, params)
     if engine.dialect.name == "postgresql":
-        return bm25(rows, terms, limit=limit, facts=facts)
+        key = (scope.tenant_id, scope.user_id, scope.agent_key)
+        own = [(row[0], row[1]) for row in rows if tuple(row[2:]) == key]
+        return bm25(own, terms, limit=limit, facts=facts)
     return [(row[0], float(row[1])) for row in rows]
 
 
@@ -178,6 +185,14 @@ def search_condition(
     rowid = sa.literal_column("memory_facts.rowid")
     relevance = sa.select(-hits.c.rank).where(hits.c.rowid == rowid).scalar_subquery()
     return rowid.in_(sa.select(hits.c.rowid)), relevance
+
+
+def pg_scope_term(scope: Scope) -> str:
+    """The term of PostgreSQL's ``search_vector`` for ``scope``'s memory, as revision 0011's
+    generated column makes it (``'s' || md5(tenant || chr(31) || user || chr(31) || agent)``;
+    the rows read are checked against the scope all the same)."""
+    key = "\x1f".join((scope.tenant_id, scope.user_id, scope.agent_key))
+    return "s" + hashlib.md5(key.encode("utf-8"), usedforsecurity=False).hexdigest()
 
 
 def scope_term(scope: Scope) -> str:
