@@ -14,11 +14,12 @@ $(VENV)/.installed: pyproject.toml
 demo: $(VENV)/.installed  ## store and show a sample memory on the embedded SQLite default
 	$(BIN)/memory-sql demo
 
+# Three test processes on two cores: most tests wait on servers, subprocesses and databases.
 test: lint  ## lint, then the whole suite (SQLite, PostgreSQL on 127.0.0.1:5432, files)
-	$(BIN)/pytest
+	$(BIN)/pytest -n 3
 
 quick: lint  ## the edit-test loop: the suite without the slow fault tests and the HTTP service
-	$(BIN)/pytest -q -m "not slow" --ignore=tests/server -p no:cacheprovider
+	$(BIN)/pytest -n 3 -q -m "not slow" --ignore=tests/server
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .

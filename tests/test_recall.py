@@ -208,9 +208,10 @@ def test_sqlite_rebuild_refills_the_index_after_a_vacuum(storage, scope):
     assert hex_key == scope_term(checked)
 
 
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+)
 def test_access_heat_is_written_in_the_background_not_on_the_turn(service, scope):
-    if not isinstance(service.storage, SQLStorage):
-        pytest.skip("the JSON-file store keeps no access heat")
     checked = Scope.of(**scope)
     pnpm = NEEDLES["pnpm"].id
     before = service.storage.access_heat(checked)
@@ -222,6 +223,15 @@ def test_access_heat_is_written_in_the_background_not_on_the_turn(service, scope
     assert count == 3 and abs((utcnow() - last).total_seconds()) < 60
     doc = service.storage.load(**scope)
     assert doc.version == service.storage.load(**scope).version  # heat moves no version
+
+
+def test_the_file_store_keeps_no_access_heat(tmp_path, scope):
+    from memory_sql.storage import FileStorage
+
+    storage = FileStorage(tmp_path / "files")
+    storage.save(_memory(5), **scope)
+    storage.record_access({(Scope.of(**scope), NEEDLES["pnpm"].id): (3, utcnow())})
+    assert storage.access_heat(Scope.of(**scope)) == {}
 
 
 def test_hybrid_eviction_keeps_hot_facts_and_the_reserved_corrections(target, scope):

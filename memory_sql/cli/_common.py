@@ -151,6 +151,7 @@ def command(group: typer.Typer, name: str) -> Callable[[F], F]:
     def register(function: F) -> F:
         @functools.wraps(function)
         def run(*args: Any, **kwargs: Any) -> Any:
+            _follow_terminal_width()
             try:
                 return function(*args, **kwargs)
             except (MemorySQLError, ValueError, OSError) as exc:
@@ -161,6 +162,16 @@ def command(group: typer.Typer, name: str) -> Callable[[F], F]:
         return function
 
     return register
+
+
+def _follow_terminal_width() -> None:
+    """``$COLUMNS`` as it is when a command runs, not as it was when the consoles were made
+    (at import): else a program that imports the CLI first and sets the width later, a test
+    runner among them, gets the width of whoever imported it first."""
+    columns = os.environ.get("COLUMNS", "").strip()
+    width = int(columns) if columns.isdigit() and int(columns) > 0 else None
+    for console in (out, err):
+        console.width = width  # type: ignore[assignment]  (None: the terminal's own)
 
 
 def message(exc: BaseException) -> str:
