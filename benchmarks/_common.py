@@ -1,18 +1,24 @@
-"""Timing helpers shared by the benchmarks: medians of repeated rounds, and a PostgreSQL
-database made for one run and dropped after it."""
+"""Timing helpers shared by the benchmarks: medians of repeated rounds, a PostgreSQL
+database made for one run and dropped after it, its statistics, and which memory_sql a run
+measured."""
 
 from __future__ import annotations
 
 import os
 import statistics
+import subprocess
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
+from pathlib import Path
 
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
+
+import memory_sql
+from memory_sql.database import create_engine
 
 PG_URL = os.environ.get(
     "MEMORY_SQL_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -151,3 +157,30 @@ def percentile(times: list[float], q: float) -> float:
 def libpq_url(url: str) -> str:
     """A SQLAlchemy ``postgresql+psycopg://`` URL as the bare driver (psycopg, libpq) takes it."""
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def analyze(url: str) -> None:
+    """``ANALYZE`` the database at ``url``, so its planner knows the tables just filled."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("ANALYZE")
+    finally:
+        engine.dispose()
+
+
+def measured_source() -> str:
+    """Which memory_sql this run measures: its folder, and its git commit and local changes."""
+    folder = Path(memory_sql.__file__).resolve().parent
+    git = ["git", "-C", str(folder)]
+    try:
+        commit = subprocess.run(
+            [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        changed = subprocess.run(
+            [*git, "status", "--porcelain", "--", "."], capture_output=True, text=True, check=True
+        ).stdout.splitlines()
+    except (OSError, subprocess.CalledProcessError):
+        return str(folder)
+    state = f"{len(changed)} files changed since" if changed else "clean at"
+    return f"{folder} ({state} {commit})"

@@ -31,7 +31,6 @@ import os
 import random
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -48,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
     fmt,
     libpq_url,
+    measured_source,
     percentile,
     released_together,
     scratch_postgres,
@@ -55,7 +55,6 @@ from _common import (
     time_calls,
 )
 
-import memory_sql
 from memory_sql import Fact, MemoryDocument, VersionConflictError, migrations
 from memory_sql.database import create_engine
 from memory_sql.models import fact_digest
@@ -862,23 +861,6 @@ def run_backend(backend: Backend, stack: ExitStack) -> bool:
         print(f"  {'PASS' if ok else 'FAIL'}  {text}")
     print(f"  ({backend.name} measured in {time.perf_counter() - started:.0f} s)")
     return ms.lost == 0 and ms.lost_ids == 0
-
-
-def measured_source() -> str:
-    """Which memory_sql this run measures: its folder, and its git commit and local changes."""
-    folder = Path(memory_sql.__file__).resolve().parent
-    git = ["git", "-C", str(folder)]
-    try:
-        commit = subprocess.run(
-            [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-        changed = subprocess.run(
-            [*git, "status", "--porcelain", "--", "."], capture_output=True, text=True, check=True
-        ).stdout.splitlines()
-    except (OSError, subprocess.CalledProcessError):
-        return str(folder)
-    state = f"{len(changed)} files changed since" if changed else "clean at"
-    return f"{folder} ({state} {commit})"
 
 
 def main() -> int:

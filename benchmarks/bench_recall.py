@@ -45,7 +45,6 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -58,7 +57,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import fmt, percentile, scratch_postgres, steady_cpus, time_calls
+from _common import (
+    analyze,
+    fmt,
+    measured_source,
+    percentile,
+    scratch_postgres,
+    steady_cpus,
+    time_calls,
+)
 
 import memory_sql
 from memory_sql import Fact, MemoryConfig, MemoryDocument, MemoryService, open_storage
@@ -694,32 +701,6 @@ def run_backend(
             f" ranked arm: {', '.join(missing.values())} missing)"
         )
     print(f"  ({name} measured in {time.perf_counter() - started:.0f} s)")
-
-
-def analyze(url: str) -> None:
-    engine = create_engine(url)
-    try:
-        with engine.connect() as conn:
-            conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("ANALYZE")
-    finally:
-        engine.dispose()
-
-
-def measured_source() -> str:
-    """Which memory_sql this run measures: its folder, and its git commit and local changes."""
-    folder = Path(memory_sql.__file__).resolve().parent
-    git = ["git", "-C", str(folder)]
-    try:
-        commit = subprocess.run(
-            [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-        changed = subprocess.run(
-            [*git, "status", "--porcelain", "--", "."], capture_output=True, text=True, check=True
-        ).stdout.splitlines()
-    except (OSError, subprocess.CalledProcessError):
-        return str(folder)
-    state = f"{len(changed)} files changed since" if changed else "clean at"
-    return f"{folder} ({state} {commit})"
 
 
 def main() -> int:

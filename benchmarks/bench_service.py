@@ -58,7 +58,7 @@ from sqlalchemy.engine import make_url
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from _common import PG_URL, fmt, percentile, released_together, scratch_postgres
+from _common import PG_URL, analyze, fmt, percentile, released_together, scratch_postgres
 
 from memory_sql import Fact, MemoryConfig, MemoryDocument, MemoryService, migrations
 from memory_sql.database import create_engine
@@ -199,15 +199,6 @@ def seed(url: str) -> None:
     finally:
         storage.close()
         storage.engine.dispose()
-
-
-def analyze(url: str) -> None:
-    engine = create_engine(url)
-    try:
-        with engine.connect() as conn:
-            conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("ANALYZE")
-    finally:
-        engine.dispose()
 
 
 def pending_keys(url: str) -> int:

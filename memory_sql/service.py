@@ -198,9 +198,14 @@ class MemoryService:
         """
         if not self.config.enabled:
             return False
-        scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=tenant_id)
-        check_thread_id(thread_id)
-        return self._queue_kept(self.take_conversation(messages), scope, thread_id, immediate)
+        return self.queue_kept(
+            self.take_conversation(messages),
+            thread_id=thread_id,
+            user_id=user_id,
+            agent_name=agent_name,
+            tenant_id=tenant_id,
+            immediate=immediate,
+        )
 
     def take_conversation(self, messages: Iterable[Any]) -> KeptConversation:
         """``messages`` through intake with this service's patterns: the kept turns and their
@@ -231,11 +236,6 @@ class MemoryService:
             return False
         scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=tenant_id)
         check_thread_id(thread_id)
-        return self._queue_kept(kept, scope, thread_id, immediate)
-
-    def _queue_kept(
-        self, kept: KeptConversation, scope: Scope, thread_id: str, immediate: bool
-    ) -> bool:
         if not kept.learnable:
             return False
         return self.spool.add(scope, thread_id, kept.turns, kept.signals, immediate=immediate)

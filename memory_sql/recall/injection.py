@@ -90,7 +90,7 @@ _WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday",
 
 class TokenCountCache:
     """A thread-safe LRU of token counts (and the fact lines counted), bounded by entries and
-    by characters of text held.
+    by characters of text held (the size each :meth:`put` gives).
     """
 
     def __init__(self, max_entries: int = 100_000, max_chars: int = 20_000_000) -> None:
@@ -146,41 +146,10 @@ class TokenCountCache:
 _DEFAULT_CACHE = TokenCountCache()
 
 
-class _PreparedLines:
-    """A thread-safe LRU of :class:`FactLines`, bounded by entries and by facts held."""
-
-    def __init__(self, max_entries: int = 256, max_facts: int = 200_000) -> None:
-        self.max_entries = max_entries
-        self.max_facts = max_facts
-        self._items: OrderedDict[Hashable, tuple[FactLines, int]] = OrderedDict()
-        self._facts = 0
-        self._lock = threading.Lock()
-
-    def get(self, key: Hashable) -> FactLines | None:
-        with self._lock:
-            item = self._items.get(key)
-            if item is None:
-                return None
-            self._items.move_to_end(key)
-            return item[0]
-
-    def put(self, key: Hashable, lines: FactLines, facts: int) -> None:
-        if facts > self.max_facts:
-            return
-        with self._lock:
-            old = self._items.pop(key, None)
-            if old is not None:
-                self._facts -= old[1]
-            self._items[key] = (lines, facts)
-            self._facts += facts
-            while len(self._items) > self.max_entries or self._facts > self.max_facts:
-                _, (_, evicted) = self._items.popitem(last=False)
-                self._facts -= evicted
-
-
-_PREPARED = _PreparedLines()
-"""The fact lines of recently formatted memories, reused while a memory's facts are the very
-objects they were made from (loads of an unchanged memory share its immutable facts)."""
+_PREPARED = TokenCountCache(max_entries=256, max_chars=200_000)
+"""The fact lines of recently formatted memories (their size counted in facts, not
+characters), reused while a memory's facts are the very objects they were made from (loads
+of an unchanged memory share its immutable facts)."""
 
 
 def format_memory_for_injection(
