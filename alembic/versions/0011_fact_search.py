@@ -7,7 +7,9 @@ written by the storage with the content). The database indexes it:
 - PostgreSQL: ``search_vector``, a ``tsvector`` column generated from it and from a term of
   its memory (``'s' || md5(tenant, user, agent)``, so that the GIN index alone finds one
   memory's facts, whatever the planner knows of the table), and the GIN index
-  ``ix_memory_facts_search``. The text search configuration is ``simple`` (the terms are
+  ``ix_memory_facts_search``, without GIN's pending list (``fastupdate = off``): with it,
+  every search read all the entries not yet merged into the index, and facts are written a
+  few at a time. The text search configuration is ``simple`` (the terms are
   already normalised for every language: no stemmer or stop words apply twice), or the one
   named when this revision runs (``memory-sql db upgrade --text-search-config``,
   ``memory_sql.upgrade(text_search_config=)``, or ``$MEMORY_SQL_TEXT_SEARCH_CONFIG``), which
@@ -80,7 +82,8 @@ POSTGRESQL_OBJECTS = (
     "ALTER TABLE memory_facts ADD COLUMN search_vector tsvector GENERATED ALWAYS AS ("
     "to_tsvector('{config}'::regconfig, search_text) || CAST('s' || md5(tenant_id || chr(31) "
     "|| user_id || chr(31) || agent_name) AS tsvector)) STORED",
-    "CREATE INDEX ix_memory_facts_search ON memory_facts USING gin (search_vector)",
+    "CREATE INDEX ix_memory_facts_search ON memory_facts USING gin (search_vector) "
+    "WITH (fastupdate = off)",
 )
 
 _facts = sa.table(
