@@ -84,6 +84,7 @@ _NUMBER_FIELDS = (
     "retry_backoff_seconds",
     "sweep_interval_seconds",
     "spool_max_conversations",
+    "spool_max_per_tenant",
     "spool_retry_seconds",
     "llm_timeout_seconds",
     "llm_max_retries",
@@ -99,6 +100,7 @@ _OPTIONAL_TEXT_FIELDS = (
     "llm_api_key",
     "tiktoken_encoding_file",
     "patterns_dir",
+    "spool_dir",
 )
 
 
@@ -121,9 +123,13 @@ class MemoryConfig(BaseModel):
     claim due work for ``lease_seconds``; a failed run is retried after
     ``retry_backoff_seconds`` (the worker may grow it) up to ``max_attempts`` runs in all;
     every ``sweep_interval_seconds`` the scheduler looks for due and abandoned work. While
-    the queue's database cannot be written, up to ``spool_max_conversations`` conversations
-    wait in the process (``0``: none, they are dropped as before) and are written every
-    ``spool_retry_seconds`` until it answers.
+    the queue's database cannot be written, up to ``spool_max_conversations`` conversations,
+    and ``spool_max_per_tenant`` of one tenant, wait in a spool file on local disk, synced
+    before the conversation is acknowledged, in ``spool_dir`` (default: next to a SQLite
+    database, ``<file>.spool/``; else ``$XDG_STATE_HOME/memory_sql/spool/<digest of the
+    storage URL>/``), and are written every ``spool_retry_seconds`` until it answers; past
+    those bounds, or with ``spool_max_conversations: 0``, a conversation is refused (not
+    acknowledged) rather than dropped (:mod:`memory_sql.queue.spool`).
 
     The schema: a new (or empty) SQLite database is always brought to the newest revision
     when it is first opened; ``auto_migrate`` (default false) also migrates a PostgreSQL
@@ -172,8 +178,10 @@ class MemoryConfig(BaseModel):
     max_attempts: int = Field(5, ge=1, le=100)
     retry_backoff_seconds: float = Field(30.0, ge=0, le=86400)
     sweep_interval_seconds: float = Field(60.0, gt=0, le=3600)
-    spool_max_conversations: int = Field(1000, ge=0, le=1_000_000)
+    spool_max_conversations: int = Field(100_000, ge=0, le=10_000_000)
+    spool_max_per_tenant: int = Field(10_000, ge=1, le=10_000_000)
     spool_retry_seconds: float = Field(2.0, gt=0, le=600)
+    spool_dir: Path | None = None
     llm_base_url: str | None = None
     llm_api_key: SecretStr | None = None
     llm_timeout_seconds: float = Field(60.0, gt=0, le=600)

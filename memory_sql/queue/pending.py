@@ -88,6 +88,17 @@ class PendingUpdate:
     """A parsed LLM reply (JSON) left by a run that lost to version conflicts."""
 
 
+@dataclass(frozen=True)
+class Enqueued:
+    """One conversation for :meth:`UpdateQueue.add_many`: what :meth:`UpdateQueue.add` takes."""
+
+    scope: Scope
+    thread_id: str
+    messages: Sequence[Message]
+    signals: Signals
+    immediate: bool = False
+
+
 def make_owner() -> str:
     """A name for this process's leases: host, pid and a random part."""
     return f"{socket.gethostname()[:32]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -138,70 +149,94 @@ class UpdateQueue:
         ``immediate`` is the summarization flush: kind ``flush``, due now.
         """
         now = now or utcnow()
+        with self._transaction() as conn:
+            return self._add_on(conn, Enqueued(scope, thread_id, messages, signals, immediate), now)
+
+    @reconnecting
+    def add_many(self, items: Sequence[Enqueued], *, now: datetime | None = None) -> list[datetime]:
+        """:meth:`add` of every item, in one transaction: all are queued or none. Items of one
+        key are applied in the order given (a later turn replaces an earlier one, flushes
+        accumulate), exactly as the same :meth:`add` calls one by one would; returns each
+        item's due time. Keys are written in a fixed order, so two batches of overlapping
+        keys wait for each other rather than deadlock."""
+        now = now or utcnow()
+        order = sorted(range(len(items)), key=lambda i: _sort_key(items[i]))
+        dues: list[datetime] = [now] * len(items)
+        with self._transaction() as conn:
+            for index in order:
+                dues[index] = self._add_on(conn, items[index], now)
+        return dues
+
+    def _add_on(self, conn: Connection, item: Enqueued, now: datetime) -> datetime:
+        scope, thread_id, signals, immediate = (
+            item.scope,
+            item.thread_id,
+            item.signals,
+            item.immediate,
+        )
         kind = "flush" if immediate else "turn"
         key = _key_values(scope, thread_id, kind)
-        body = json.dumps([m.to_dict() for m in messages], ensure_ascii=True)
+        body = json.dumps([m.to_dict() for m in item.messages], ensure_ascii=True)
         due = now if immediate else now + self.debounce
-        with self._transaction() as conn:
-            # On PostgreSQL the row may vanish between the two statements (a run completing):
-            # then the insert is tried again.
-            for _ in range(3):
-                inserted = conn.execute(
-                    self._insert_ignoring_conflict()
-                    .values(
-                        **key,
-                        messages=body,
-                        correction=signals.correction,
-                        reinforcement=signals.reinforcement,
-                        first_enqueued_at=now,
-                        last_enqueued_at=now,
-                        due_at=due,
-                        generation=1,
-                        attempts=0,
-                        status="pending",
-                    )
-                    .returning(pending.c.generation)
-                ).first()
-                if inserted is not None:
-                    return due
-                row = conn.execute(self._for_update(_SELECT_FOR_ADD.where(_is_key(key)))).first()
-                if row is not None:
-                    break
-            else:
-                raise StorageError(
-                    f"update queue: the row of {scope}, thread {thread_id} "
-                    "kept vanishing while being written"
-                )
-            merged = Signals(row.correction, row.reinforcement) | signals
-            if immediate and not _leased(row.lease_until, now):
-                # Flushes accumulate: each holds messages a summarization removed, which the
-                # next flush of the thread no longer contains. The same flush twice (an add
-                # run again after its commit was lost with the connection) is kept once.
-                waiting, adding = json.loads(row.messages), json.loads(body)
-                if waiting[-len(adding) :] != adding:
-                    body = json.dumps(waiting + adding, ensure_ascii=True)
-                else:
-                    body = row.messages
-            first = now if row.status == "failed" else row.first_enqueued_at
-            if not immediate:
-                due = min(due, first + self.max_wait)
-            conn.execute(
-                sa.update(pending)
-                .where(_is_key(key))
+        # On PostgreSQL the row may vanish between the two statements (a run completing):
+        # then the insert is tried again.
+        for _ in range(3):
+            inserted = conn.execute(
+                self._insert_ignoring_conflict()
                 .values(
+                    **key,
                     messages=body,
-                    correction=merged.correction,
-                    reinforcement=merged.reinforcement,
-                    first_enqueued_at=first,
+                    correction=signals.correction,
+                    reinforcement=signals.reinforcement,
+                    first_enqueued_at=now,
                     last_enqueued_at=now,
                     due_at=due,
-                    generation=pending.c.generation + 1,
+                    generation=1,
+                    attempts=0,
                     status="pending",
-                    attempts=sa.case((pending.c.status == "failed", 0), else_=pending.c.attempts),
-                    last_error=None,
-                    reply=None,
                 )
+                .returning(pending.c.generation)
+            ).first()
+            if inserted is not None:
+                return due
+            row = conn.execute(self._for_update(_SELECT_FOR_ADD.where(_is_key(key)))).first()
+            if row is not None:
+                break
+        else:
+            raise StorageError(
+                f"update queue: the row of {scope}, thread {thread_id} "
+                "kept vanishing while being written"
             )
+        merged = Signals(row.correction, row.reinforcement) | signals
+        if immediate and not _leased(row.lease_until, now):
+            # Flushes accumulate: each holds messages a summarization removed, which the
+            # next flush of the thread no longer contains. The same flush twice (an add
+            # run again after its commit was lost with the connection) is kept once.
+            waiting, adding = json.loads(row.messages), json.loads(body)
+            if waiting[-len(adding) :] != adding:
+                body = json.dumps(waiting + adding, ensure_ascii=True)
+            else:
+                body = row.messages
+        first = now if row.status == "failed" else row.first_enqueued_at
+        if not immediate:
+            due = min(due, first + self.max_wait)
+        conn.execute(
+            sa.update(pending)
+            .where(_is_key(key))
+            .values(
+                messages=body,
+                correction=merged.correction,
+                reinforcement=merged.reinforcement,
+                first_enqueued_at=first,
+                last_enqueued_at=now,
+                due_at=due,
+                generation=pending.c.generation + 1,
+                status="pending",
+                attempts=sa.case((pending.c.status == "failed", 0), else_=pending.c.attempts),
+                last_error=None,
+                reply=None,
+            )
+        )
         return due
 
     # work ------------------------------------------------------------------------------------
@@ -568,6 +603,11 @@ def _key_values(scope: Scope, thread_id: str, kind: str) -> dict[str, str]:
         "thread_id": thread_id,
         "kind": kind,
     }
+
+
+def _sort_key(item: Enqueued) -> tuple[str, str, str, str, bool]:
+    scope = item.scope
+    return (scope.tenant_id, scope.user_id, scope.agent_key, item.thread_id, item.immediate)
 
 
 def _is_key(key: dict[str, str]) -> sa.ColumnElement[bool]:
