@@ -193,7 +193,8 @@ def test_a_live_process_keeps_its_spool_file_and_a_dead_ones_file_is_adopted(tmp
         journal.close()
 
 
-def test_add_many_leaves_the_queue_as_the_same_adds_one_by_one(tmp_path):
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_add_many_leaves_the_queue_as_the_same_adds_one_by_one(backend, tmp_path, request):
     def scoped(user: str) -> Scope:
         return Scope.of(user_id=user)
 
@@ -213,9 +214,14 @@ def test_add_many_leaves_the_queue_as_the_same_adds_one_by_one(tmp_path):
     now = utcnow()
     tables = []
     for name, batched in (("one.db", False), ("many.db", True)):
-        engine = create_engine(f"sqlite:///{tmp_path / name}")
+        if backend == "sqlite":
+            engine = create_engine(f"sqlite:///{tmp_path / name}")
+        else:
+            engine = create_engine(request.getfixturevalue("new_pg_database")())
         migrations.upgrade(engine)
         queue = UpdateQueue(engine, debounce_seconds=5)
+        earlier = Enqueued(scoped("c"), "t9", turn("zero"), Signals(correction=True))
+        queue.add(earlier.scope, earlier.thread_id, earlier.messages, earlier.signals, now=now)
         if batched:
             queue.add_many(items, now=now)
         else:
@@ -236,3 +242,5 @@ def test_add_many_leaves_the_queue_as_the_same_adds_one_by_one(tmp_path):
         engine.dispose()
     assert tables[0] == tables[1]
     assert len(tables[0]) == 4
+    generations = {row[1]: row[11] for row in tables[0] if row[4] == "turn"}
+    assert generations == {"a": 2, "b": 1, "c": 2}

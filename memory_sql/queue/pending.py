@@ -157,15 +157,59 @@ class UpdateQueue:
         """:meth:`add` of every item, in one transaction: all are queued or none. Items of one
         key are applied in the order given (a later turn replaces an earlier one, flushes
         accumulate), exactly as the same :meth:`add` calls one by one would; returns each
-        item's due time. Keys are written in a fixed order, so two batches of overlapping
+        item's due time.
+
+        The first item of each key is inserted by multi-row statements; the keys
+        that had a row already, and the later items of a key, are merged one by one as
+        :meth:`add` merges. Keys are written in a fixed order, so two batches of overlapping
         keys wait for each other rather than deadlock."""
         now = now or utcnow()
         order = sorted(range(len(items)), key=lambda i: _sort_key(items[i]))
         dues: list[datetime] = [now] * len(items)
+        firsts: dict[tuple[Any, ...], int] = {}
+        for index in order:
+            firsts.setdefault(_sort_key(items[index]), index)
         with self._transaction() as conn:
+            inserted = self._insert_new(conn, [items[i] for i in firsts.values()], now)
             for index in order:
-                dues[index] = self._add_on(conn, items[index], now)
+                item = items[index]
+                if firsts[_sort_key(item)] == index and _sort_key(item) in inserted:
+                    dues[index] = now if item.immediate else now + self.debounce
+                else:
+                    dues[index] = self._add_on(conn, item, now)
         return dues
+
+    def _insert_new(
+        self, conn: Connection, items: Sequence[Enqueued], now: datetime
+    ) -> set[tuple[Any, ...]]:
+        """Insert a row for each of ``items`` (one per key) whose key has none; the keys
+        inserted."""
+        if not items:
+            return set()
+        rows = [
+            {
+                **_key_values(item.scope, item.thread_id, _kind(item)),
+                "messages": json.dumps([m.to_dict() for m in item.messages], ensure_ascii=True),
+                "correction": item.signals.correction,
+                "reinforcement": item.signals.reinforcement,
+                "first_enqueued_at": now,
+                "last_enqueued_at": now,
+                "due_at": now if item.immediate else now + self.debounce,
+                "generation": 1,
+                "attempts": 0,
+                "status": "pending",
+            }
+            for item in items
+        ]
+        # Many parameter sets with RETURNING: SQLAlchemy's "insertmanyvalues" sends them as
+        # multi-row INSERTs of one compiled statement.
+        returned = conn.execute(
+            self._insert_ignoring_conflict().returning(*_KEY, pending.c.kind), rows
+        ).all()
+        return {
+            (tenant, user, agent, thread, kind == "flush")
+            for tenant, user, agent, thread, kind in returned
+        }
 
     def _add_on(self, conn: Connection, item: Enqueued, now: datetime) -> datetime:
         scope, thread_id, signals, immediate = (
@@ -605,9 +649,13 @@ def _key_values(scope: Scope, thread_id: str, kind: str) -> dict[str, str]:
     }
 
 
-def _sort_key(item: Enqueued) -> tuple[str, str, str, str, bool]:
+def _sort_key(item: Enqueued) -> tuple[Any, ...]:
     scope = item.scope
     return (scope.tenant_id, scope.user_id, scope.agent_key, item.thread_id, item.immediate)
+
+
+def _kind(item: Enqueued) -> str:
+    return "flush" if item.immediate else "turn"
 
 
 def _is_key(key: dict[str, str]) -> sa.ColumnElement[bool]:
