@@ -86,12 +86,19 @@ _NUMBER_FIELDS = (
     "spool_max_conversations",
     "spool_max_per_tenant",
     "spool_retry_seconds",
+    "queue_max_row_messages",
+    "queue_max_row_bytes",
     "llm_timeout_seconds",
     "llm_max_retries",
     "llm_temperature",
     "server_max_body_bytes",
     "server_max_messages",
     "server_max_message_chars",
+    "server_header_timeout_seconds",
+    "server_body_timeout_seconds",
+    "server_keep_alive_seconds",
+    "server_max_connections",
+    "server_max_header_bytes",
 )
 _OPTIONAL_TEXT_FIELDS = (
     "model_name",
@@ -129,7 +136,10 @@ class MemoryConfig(BaseModel):
     database, ``<file>.spool/``; else ``$XDG_STATE_HOME/memory_sql/spool/<digest of the
     storage URL>/``), and are written every ``spool_retry_seconds`` until it answers; past
     those bounds, or with ``spool_max_conversations: 0``, a conversation is refused (not
-    acknowledged) rather than dropped (:mod:`memory_sql.queue.spool`).
+    acknowledged) rather than dropped (:mod:`memory_sql.queue.spool`). One queue row (a
+    thread's waiting turn, or its accumulated flushes) holds at most
+    ``queue_max_row_messages`` messages and ``queue_max_row_bytes`` bytes: past them its
+    oldest messages are cut and counted (what one update may cost is bounded).
 
     The schema: a new (or empty) SQLite database is always brought to the newest revision
     when it is first opened; ``auto_migrate`` (default false) also migrates a PostgreSQL
@@ -147,7 +157,12 @@ class MemoryConfig(BaseModel):
 
     The HTTP service (``memory-sql serve``) refuses, with 413 naming the limit, a request body
     over ``server_max_body_bytes``, a conversation of more than ``server_max_messages``
-    messages, and a message of more than ``server_max_message_chars`` characters.
+    messages, and a message of more than ``server_max_message_chars`` characters. It closes a
+    connection whose request headers are not in after ``server_header_timeout_seconds`` or
+    exceed ``server_max_header_bytes``, answers 408 to a body not in after
+    ``server_body_timeout_seconds``, closes an idle kept-alive connection after
+    ``server_keep_alive_seconds``, and answers 503 past ``server_max_connections`` open
+    connections or requests.
     """
 
     # protected_namespaces=(): the seed's key ``model_name`` is no pydantic method (pydantic
@@ -182,6 +197,8 @@ class MemoryConfig(BaseModel):
     spool_max_per_tenant: int = Field(10_000, ge=1, le=10_000_000)
     spool_retry_seconds: float = Field(2.0, gt=0, le=600)
     spool_dir: Path | None = None
+    queue_max_row_messages: int = Field(500, ge=2, le=1_000_000)
+    queue_max_row_bytes: int = Field(512 * 1024, ge=1024, le=1024**3)
     llm_base_url: str | None = None
     llm_api_key: SecretStr | None = None
     llm_timeout_seconds: float = Field(60.0, gt=0, le=600)
@@ -195,6 +212,11 @@ class MemoryConfig(BaseModel):
     server_max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, le=1024**3)
     server_max_messages: int = Field(1000, ge=2, le=1_000_000)
     server_max_message_chars: int = Field(100_000, ge=100, le=100_000_000)
+    server_header_timeout_seconds: float = Field(10.0, gt=0, le=600)
+    server_body_timeout_seconds: float = Field(30.0, gt=0, le=3600)
+    server_keep_alive_seconds: float = Field(5.0, gt=0, le=600)
+    server_max_connections: int = Field(1000, ge=1, le=1_000_000)
+    server_max_header_bytes: int = Field(65536, ge=1024, le=16 * 1024 * 1024)
 
     def __init__(self, **data: Any) -> None:
         """Build from keyword arguments (no environment); :class:`ConfigError` if invalid.

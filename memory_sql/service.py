@@ -106,6 +106,8 @@ class MemoryService:
             lease_seconds=self.config.lease_seconds,
             max_attempts=self.config.max_attempts,
             retry_backoff_seconds=self.config.retry_backoff_seconds,
+            max_row_messages=self.config.queue_max_row_messages,
+            max_row_bytes=self.config.queue_max_row_bytes,
         )
         self.updater = MemoryUpdater(self.config, self.storage, llm)
         self.counter = make_token_counter(
@@ -305,7 +307,9 @@ class MemoryService:
         ``postponed`` (runs here since start; postponed: lost to version conflicts, run again),
         ``spooled`` (conversations waiting in this process's spool file for the database),
         ``spool_refused`` (conversations not taken since start, the database away and the
-        spool full: ``after_agent`` said False, the service 503), ``problems`` (hook calls
+        spool full: ``after_agent`` said False, the service 503), ``trimmed_messages``
+        (cut oldest first from queue rows over ``queue_max_row_messages`` or
+        ``queue_max_row_bytes`` since start), ``problems`` (hook calls
         that were logged instead of raising), and ``llm_calls`` / ``prompt_tokens`` /
         ``completion_tokens`` (the memory LLM's calls here since start, failed ones too: the
         numbers of the usage rows).
@@ -324,6 +328,7 @@ class MemoryService:
             "postponed": self.worker.postponed,
             "spooled": len(self.spool),
             "spool_refused": self.spool.refused,
+            "trimmed_messages": self.queue.trimmed_messages,
             "problems": self._problems,
             **self._llm_usage,
         }

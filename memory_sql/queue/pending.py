@@ -27,6 +27,12 @@ When the memory lives in the queue's database, :meth:`~UpdateQueue.complete_on` 
 row inside the memory save's own transaction: the save and the completion commit together or
 not at all, so a process killed at any point never applies one conversation twice.
 
+What one row may cost is bounded: a row holds at most ``max_row_messages`` messages and
+``max_row_bytes`` bytes of them (as JSON); flushes that would grow it past either, or one
+conversation over them, are cut oldest first, and the cut messages are counted
+(:attr:`UpdateQueue.trimmed_messages`) and logged. Cutting rather than refusing keeps every
+conversation that was acknowledged, spooled ones included, in the queue: its newest part.
+
 Every method is retried once when it meets a connection that died (a restarted server, see
 :func:`~memory_sql.database.reconnecting`); each is safe to repeat.
 """
@@ -35,8 +41,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import socket
+import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -56,6 +64,8 @@ from ..models import utcnow
 from ..schema import memory_pending_updates as pending
 from ..scope import Scope
 from ..tenancy import ALL_TENANTS, acting_for
+
+logger = logging.getLogger(__name__)
 
 MAX_BACKOFF_SECONDS = 3600.0
 _MEMORY = (pending.c.tenant_id, pending.c.user_id, pending.c.agent_name)
@@ -121,6 +131,8 @@ class UpdateQueue:
         max_attempts: int = 5,
         retry_backoff_seconds: float = 30.0,
         owner: str | None = None,
+        max_row_messages: int = 500,
+        max_row_bytes: int = 512 * 1024,
     ) -> None:
         self.engine = engine
         self.debounce = timedelta(seconds=debounce_seconds)
@@ -129,6 +141,11 @@ class UpdateQueue:
         self.max_attempts = max_attempts
         self.backoff_seconds = retry_backoff_seconds
         self.owner = owner or make_owner()
+        self.max_row_messages = max_row_messages
+        self.max_row_bytes = max_row_bytes
+        self.trimmed_messages = 0
+        """Messages cut from rows over the caps since start (oldest first)."""
+        self._trim_lock = threading.Lock()
         self._postgres = engine.dialect.name == "postgresql"
 
     # enqueue ---------------------------------------------------------------------------------
@@ -189,7 +206,9 @@ class UpdateQueue:
         rows = [
             {
                 **_key_values(item.scope, item.thread_id, _kind(item)),
-                "messages": json.dumps([m.to_dict() for m in item.messages], ensure_ascii=True),
+                "messages": self._capped(
+                    [m.to_dict() for m in item.messages], item.scope, item.thread_id
+                ),
                 "correction": item.signals.correction,
                 "reinforcement": item.signals.reinforcement,
                 "first_enqueued_at": now,
@@ -220,7 +239,7 @@ class UpdateQueue:
         )
         kind = "flush" if immediate else "turn"
         key = _key_values(scope, thread_id, kind)
-        body = json.dumps([m.to_dict() for m in item.messages], ensure_ascii=True)
+        body = self._capped([m.to_dict() for m in item.messages], scope, thread_id)
         due = now if immediate else now + self.debounce
         # On PostgreSQL the row may vanish between the two statements (a run completing):
         # then the insert is tried again.
@@ -258,7 +277,7 @@ class UpdateQueue:
             # run again after its commit was lost with the connection) is kept once.
             waiting, adding = json.loads(row.messages), json.loads(body)
             if waiting[-len(adding) :] != adding:
-                body = json.dumps(waiting + adding, ensure_ascii=True)
+                body = self._capped(waiting + adding, scope, thread_id)
             else:
                 body = row.messages
         first = now if row.status == "failed" else row.first_enqueued_at
@@ -282,6 +301,32 @@ class UpdateQueue:
             )
         )
         return due
+
+    def _capped(self, messages: list[dict[str, Any]], scope: Scope, thread_id: str) -> str:
+        """``messages`` as the row's JSON, cut oldest first to at most ``max_row_messages``
+        messages and ``max_row_bytes`` bytes (the newest message is always kept): what one
+        row may cost in LLM calls is bounded. The cut is counted and logged."""
+        texts = [json.dumps(m, ensure_ascii=True) for m in messages]
+        keep, size = 0, 2
+        for text in reversed(texts):
+            grown = size + len(text) + (2 if keep else 0)
+            if keep and (keep >= self.max_row_messages or grown > self.max_row_bytes):
+                break
+            keep, size = keep + 1, grown
+        cut = len(texts) - keep
+        if cut:
+            with self._trim_lock:
+                self.trimmed_messages += cut
+            logger.warning(
+                "update queue: %s, thread %s: %d oldest message(s) cut, over the row's caps "
+                "(queue_max_row_messages %d, queue_max_row_bytes %d)",
+                scope,
+                thread_id,
+                cut,
+                self.max_row_messages,
+                self.max_row_bytes,
+            )
+        return "[" + ", ".join(texts[cut:]) + "]"
 
     # work ------------------------------------------------------------------------------------
 

@@ -120,7 +120,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}.get(
+        code = {404: "not_found", 405: "method_not_allowed", 408: "timeout", 413: "too_large"}.get(
             exc.status_code, "http_error"
         )
         return error_response(exc.status_code, code, str(exc.detail), exc.headers)
@@ -128,6 +128,7 @@ def install(app: FastAPI) -> None:
     for cls, status, code in _LIBRARY_ERRORS:
         app.add_exception_handler(cls, _library_handler(status, code))
     app.add_exception_handler(SpoolFullError, _spool_full)
+    app.add_exception_handler(RecursionError, _too_deep)
     app.add_exception_handler(StorageError, _storage_error)
     app.add_exception_handler(SchemaOutOfDateError, _storage_error)
 
@@ -154,6 +155,13 @@ async def _storage_error(request: Request, exc: Exception) -> JSONResponse:
         )
     logger.error("database error: %s", detail)
     return internal_error(request_id)
+
+
+async def _too_deep(_request: Request, _exc: Exception) -> JSONResponse:
+    """JSON nested deeper than the parser goes (``[[[[…]]]]``): bad input, not a crash."""
+    return error_response(
+        400, "invalid_request", "the request body's JSON is nested too deeply to be read"
+    )
 
 
 async def _spool_full(_request: Request, exc: Exception) -> JSONResponse:
