@@ -86,6 +86,8 @@ _NUMBER_FIELDS = (
     "spool_max_conversations",
     "spool_max_per_tenant",
     "spool_retry_seconds",
+    "llm_daily_calls_per_tenant",
+    "llm_daily_tokens_per_tenant",
     "queue_max_row_messages",
     "queue_max_row_bytes",
     "llm_timeout_seconds",
@@ -139,7 +141,10 @@ class MemoryConfig(BaseModel):
     acknowledged) rather than dropped (:mod:`memory_sql.queue.spool`). One queue row (a
     thread's waiting turn, or its accumulated flushes) holds at most
     ``queue_max_row_messages`` messages and ``queue_max_row_bytes`` bytes: past them its
-    oldest messages are cut and counted (what one update may cost is bounded).
+    oldest messages are cut and counted (what one update may cost is bounded). A tenant's
+    memory-LLM calls of one UTC day stop at ``llm_daily_calls_per_tenant`` calls and
+    ``llm_daily_tokens_per_tenant`` tokens (0: no limit); its updates then wait, not lost
+    (:mod:`memory_sql.update.budget`).
 
     The schema: a new (or empty) SQLite database is always brought to the newest revision
     when it is first opened; ``auto_migrate`` (default false) also migrates a PostgreSQL
@@ -205,6 +210,8 @@ class MemoryConfig(BaseModel):
     llm_max_retries: int = Field(2, ge=0, le=10)
     llm_temperature: float = Field(0.0, ge=0, le=2)
     llm_json_mode: bool = True
+    llm_daily_calls_per_tenant: int = Field(0, ge=0, le=1_000_000_000)
+    llm_daily_tokens_per_tenant: int = Field(0, ge=0, le=10**15)
     patterns_dir: Path | None = None
     auto_migrate: bool = False
     llm_structured_output: Literal["auto", "json_schema", "json_object", "off"] = "auto"

@@ -38,7 +38,7 @@ from sqlalchemy.engine import Engine
 from . import migrations
 from .config import MemoryConfig
 from .database import check_writable, create_engine
-from .errors import LeaseLostError, SpoolFullError
+from .errors import LeaseLostError, MemorySQLError, SpoolFullError
 from .intake import KeptConversation, take_conversation
 from .models import MemoryDocument, utcnow
 from .pattern_files import load_patterns
@@ -50,6 +50,7 @@ from .storage import FileStorage, MemoryStorage, SQLStorage, load_storage_class
 from .tenancy import acting_for
 from .tokens import make_token_counter
 from .update import watermark
+from .update.budget import LLMBudget
 from .update.llm import LLMClient
 from .update.parser import MemoryUpdate
 from .update.prompt import split_conversation
@@ -110,6 +111,11 @@ class MemoryService:
             max_row_bytes=self.config.queue_max_row_bytes,
         )
         self.updater = MemoryUpdater(self.config, self.storage, llm)
+        self.budget = LLMBudget(
+            self.storage.engine if isinstance(self.storage, SQLStorage) else None,
+            daily_calls=self.config.llm_daily_calls_per_tenant,
+            daily_tokens=self.config.llm_daily_tokens_per_tenant,
+        )
         self.counter = make_token_counter(
             self.config.token_counting, self.config.tiktoken_encoding_file
         )
@@ -309,7 +315,8 @@ class MemoryService:
         ``spool_refused`` (conversations not taken since start, the database away and the
         spool full: ``after_agent`` said False, the service 503), ``trimmed_messages``
         (cut oldest first from queue rows over ``queue_max_row_messages`` or
-        ``queue_max_row_bytes`` since start), ``problems`` (hook calls
+        ``queue_max_row_bytes`` since start), ``over_budget`` (updates held back here since
+        start, their tenant's daily LLM budget used up: they wait), ``problems`` (hook calls
         that were logged instead of raising), and ``llm_calls`` / ``prompt_tokens`` /
         ``completion_tokens`` (the memory LLM's calls here since start, failed ones too: the
         numbers of the usage rows).
@@ -329,6 +336,7 @@ class MemoryService:
             "spooled": len(self.spool),
             "spool_refused": self.spool.refused,
             "trimmed_messages": self.queue.trimmed_messages,
+            "over_budget": self.budget.refused,
             "problems": self._problems,
             **self._llm_usage,
         }
@@ -453,6 +461,14 @@ class MemoryService:
             return self._run_for_tenant(item)
 
     def _run_for_tenant(self, item: PendingUpdate) -> RunOutcome:
+        if item.reply is None and self.budget.limited:  # a stored reply needs no LLM call
+            try:
+                over = self.budget.over(item.scope.tenant_id)
+            except MemorySQLError:
+                over = None  # the update meets the same database, and fails or not by itself
+            if over is not None:
+                self.budget.refused += 1
+                return RunOutcome(False, over, wait_seconds=self.budget.wait_seconds())
         # Only what follows the thread's watermark is new (memory_sql.update.watermark); the last
         # exchange before it goes along as marked context.
         cut = self._cut(item)
@@ -500,6 +516,9 @@ class MemoryService:
             if self.on_result is not None:
                 self.on_result(result)
             if result.llm_called:
+                self.budget.spent(
+                    item.scope.tenant_id, 1, result.prompt_tokens + result.completion_tokens
+                )
                 with self._problems_lock:
                     self._llm_usage["llm_calls"] += 1
                     self._llm_usage["prompt_tokens"] += result.prompt_tokens

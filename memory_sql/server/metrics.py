@@ -172,6 +172,12 @@ class _QueueCollector(Collector):
         )
         trimmed.add_metric([], self.service.queue.trimmed_messages)
         yield trimmed
+        held = CounterMetricFamily(
+            "memory_sql_updates_over_budget",
+            "Updates held back, their tenant's daily LLM budget used up (they wait), since start",
+        )
+        held.add_metric([], self.service.budget.refused)
+        yield held
         if sample is None:
             return
         counts, age = sample
