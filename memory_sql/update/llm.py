@@ -253,8 +253,16 @@ class LLMClient:
     def _create(self, client: openai.OpenAI, options: dict[str, Any]) -> Completion:
         import openai
 
+        options = dict(options)
+        # Sent as it is, not walked by the SDK's typed-dict transform (milliseconds per call
+        # for the update's JSON Schema, which needs no transforming).
+        extra = (
+            {"response_format": options.pop("response_format")}
+            if "response_format" in options
+            else None
+        )
         try:
-            response = client.chat.completions.create(**options)
+            response = client.chat.completions.create(**options, extra_body=extra)
         except openai.APITimeoutError:
             raise self._error(f"timed out after {self.timeout_seconds:g} s") from None
         except openai.APIConnectionError as exc:
