@@ -11,6 +11,8 @@ import pytest
 from memory_sql import StorageError, migrations
 from memory_sql.database import create_engine
 from memory_sql.server.keys import GRACE_SYNC_INTERVAL, KeyChecker, create_key, revoke_key
+from server.conftest import service_settings_for
+from server.service_process import ServiceProcess
 
 pytestmark = pytest.mark.postgres
 
@@ -76,3 +78,39 @@ def test_an_unknown_key_id_and_a_wrong_secret_are_both_refused(keys):
     assert checker.check(forged(text)) is None
     assert checker.check("not a key") is None
     assert checker.check(text) is not None
+
+
+def test_a_full_spool_share_answers_503_with_retry_after_and_keeps_the_rest(
+    private_pg, keys, tmp_path, llm
+):
+    engine, ((_key, text), _other) = keys
+    url = engine.url.render_as_string(hide_password=False)
+    settings = {
+        **service_settings_for(llm),
+        "storage": url,
+        "spool_dir": str(tmp_path / "spool"),
+        "spool_max_per_tenant": 3,
+    }
+    conversation = [
+        {"role": "user", "content": "I like tea."},
+        {"role": "assistant", "content": "Noted."},
+    ]
+    with (
+        ServiceProcess(tmp_path, settings, with_worker=False) as service,
+        service.client(text) as http,
+    ):
+        assert http.get("/v1/queue").status_code == 200  # the key is seen live
+        private_pg.stop()
+        answers = [
+            http.post(
+                "/v1/conversations",
+                json={"user_id": "u1", "thread_id": f"t{n}", "messages": conversation},
+            )
+            for n in range(5)
+        ]
+        private_pg.start()
+    assert [a.status_code for a in answers] == [202, 202, 202, 503, 503]
+    refused = answers[3]
+    assert refused.json()["error"]["code"] == "not_kept"
+    assert "spool_max_per_tenant 3" in refused.json()["error"]["message"]
+    assert int(refused.headers["retry-after"]) >= 1
