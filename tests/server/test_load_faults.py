@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 CLIENTS = 16
 TENANTS = 4
-OUTAGE_SECONDS = 10.0  # the run had 20 s; 10 s shows the same and keeps the suite short
+OUTAGE_SECONDS = 8.0  # the run had 20 s; 8 s shows the same and keeps the suite short
 MESSAGES = [
     {"role": "user", "content": "I deploy everything on Kubernetes and like green tea."},
     {"role": "assistant", "content": "Understood."},
@@ -136,12 +136,12 @@ def test_every_conversation_answered_202_is_kept_through_restart_outage_and_kill
     replacement = None
     try:
         with Load(service.base_url, keys) as load:
-            time.sleep(3)
+            time.sleep(2)
             figures["before the restart"] = load.count()
             started = time.monotonic()
             private_pg.restart()
             figures["restart seconds"] = round(time.monotonic() - started, 2)
-            time.sleep(3)
+            time.sleep(2)
             before_outage = load.count()
             private_pg.stop()
             time.sleep(OUTAGE_SECONDS)
@@ -153,7 +153,7 @@ def test_every_conversation_answered_202_is_kept_through_restart_outage_and_kill
                 time.sleep(0.1)
             figures["seconds to empty the spool"] = round(time.monotonic() - back, 2)
             assert spooled(service) == 0, figures  # drained in batches, faster than intake
-            time.sleep(2)
+            time.sleep(1)
             # A second outage, and the service killed during it: its spool file outlives it.
             private_pg.stop()
             time.sleep(2)
@@ -163,7 +163,7 @@ def test_every_conversation_answered_202_is_kept_through_restart_outage_and_kill
             private_pg.start()
             replacement = ServiceProcess(tmp_path, settings, with_worker=False)
             load.base_url = replacement.base_url
-            time.sleep(3)
+            time.sleep(2)
         acknowledged = load.acknowledged
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not acknowledged <= queued(url):
