@@ -244,3 +244,37 @@ def test_add_many_leaves_the_queue_as_the_same_adds_one_by_one(backend, tmp_path
     assert len(tables[0]) == 4
     generations = {row[1]: row[11] for row in tables[0] if row[4] == "turn"}
     assert generations == {"a": 2, "b": 1, "c": 2}
+
+
+def test_a_conversation_the_queue_refuses_stays_spooled_and_holds_back_no_other(
+    pg_url, llm, tmp_path
+):
+    # A rule of the operator's, in the database: the queue refuses one thread (the database
+    # answers, so it is not an outage).
+    engine = create_engine(pg_url)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                "IF NEW.thread_id = 'poison' THEN RAISE EXCEPTION 'no poison here'; END IF; "
+                "RETURN NEW; END $$"
+            )
+        )
+        conn.execute(
+            sa.text(
+                "CREATE TRIGGER refuse_poison BEFORE INSERT ON memory_pending_updates "
+                "FOR EACH ROW EXECUTE FUNCTION refuse_poison()"
+            )
+        )
+    engine.dispose()
+    config = llm_config(llm, storage=pg_url, spool_dir=tmp_path / "spool", spool_retry_seconds=600)
+    with MemoryService(config, start=False) as service:
+        assert service.after_agent(chat("tea"), thread_id="poison", user_id="u") is True
+        assert len(service.spool) == 1  # refused by the queue: kept in the spool
+        for n in range(3):  # the failure looked like an outage: these are spooled behind it
+            assert service.after_agent(chat(f"t{n}"), thread_id=f"t{n}", user_id="u")
+        assert service.spool.write() == 3
+        assert len(service.spool) == 1  # kept on disk, not dropped, skipped
+        assert service.after_agent(chat("later"), thread_id="later", user_id="u")
+        assert len(service.spool) == 1  # the database answers again: straight to the queue
+    assert set(queued_threads(pg_url)) == {("default", t) for t in ("t0", "t1", "t2", "later")}

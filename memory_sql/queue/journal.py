@@ -109,15 +109,16 @@ class Journal:
                 ids.append(int(cursor.lastrowid or 0))
             return ids
 
-    def take(self, limit: int) -> list[Spooled]:
-        """Up to ``limit`` rows, oldest first (they stay until :meth:`remove`)."""
+    def take(self, limit: int, *, skip: frozenset[int] = frozenset()) -> list[Spooled]:
+        """Up to ``limit`` rows, oldest first, but those of ``skip`` (they stay until
+        :meth:`remove`)."""
         with self._reading() as db:
             rows = db.execute(
                 "SELECT id, tenant_id, user_id, agent_name, thread_id, immediate, messages, "
                 "correction, reinforcement FROM spooled ORDER BY id LIMIT ?",
-                (limit,),
+                (limit + len(skip),),
             ).fetchall()
-        return [_spooled(row) for row in rows]
+        return [_spooled(row) for row in rows if row[0] not in skip][:limit]
 
     def remove(self, ids: Sequence[int]) -> None:
         """Delete the rows ``ids`` (now in the queue)."""

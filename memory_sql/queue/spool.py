@@ -24,6 +24,10 @@ Nothing the spool took is ever dropped.
 - **Its files** live in ``directory``, one per process (``spool-<n>.db``); a new process adopts
   the files of processes that died with conversations left, and drains them.
 
+A conversation the database refuses (it answers, with an error that is not an outage: a rule
+of the operator's, say) holds back no other: the batch is written one by one, and the one
+refused stays in the spool file, logged, skipped until the next start.
+
 A conversation written to the queue but not yet removed from the spool file when the process
 dies is written again by the next owner: the queue merges it as the same conversation again
 (a turn replaces itself, a repeated flush is kept once), so the effect is the same.
@@ -38,6 +42,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+
+import sqlalchemy as sa
 
 from ..database import OutageLog
 from ..errors import SpoolFullError, StorageError
@@ -99,9 +105,11 @@ class Spool:
         self._own: Journal | None = None
         self._keys: Counter[_Key] = Counter()
         self._tenants: Counter[str] = Counter()
+        self._total = 0  # the sum of _tenants
         self._lock = threading.Lock()
         self._commit_lock = threading.Lock()  # one grouped commit at a time
         self._waiting: list[_Append] = []
+        self._refused_rows: set[int] = set()  # row ids the queue refused (not an outage)
         self._drain_lock = threading.Lock()
         self._wake = threading.Event()
         self._closing = threading.Event()
@@ -110,11 +118,13 @@ class Spool:
         self._adopt()
 
     def __len__(self) -> int:
-        return sum(self._tenants.values())
+        with self._lock:
+            return self._total
 
     def tenant_count(self, tenant_id: str) -> int:
         """Conversations of ``tenant_id`` in this process's spool."""
-        return self._tenants.get(tenant_id, 0)
+        with self._lock:
+            return self._tenants.get(tenant_id, 0)
 
     @property
     def database_away(self) -> bool:
@@ -166,15 +176,24 @@ class Spool:
         with self._drain_lock:
             for journal in list(self._journals):
                 while True:
-                    batch = journal.take(self.batch_size)
+                    batch = journal.take(self.batch_size, skip=frozenset(self._refused_rows))
                     if not batch:
                         break
                     try:
                         dues = self.queue.add_many([entry.item for entry in batch])
                     except StorageError as exc:
-                        self._outage.failed(exc)
-                        self._log_written(written)
-                        return written
+                        if _unreachable(exc):
+                            self._outage.failed(exc)
+                            self._log_written(written)
+                            return written
+                        # The database answered, and refused the batch: one by one, so that
+                        # the conversation it refuses does not hold back the others.
+                        done, reachable = self._write_each(journal, batch)
+                        written += done
+                        if not reachable:
+                            self._log_written(written)
+                            return written
+                        continue
                     journal.remove([entry.id for entry in batch])
                     self._forget(batch)
                     written += len(batch)
@@ -183,6 +202,41 @@ class Spool:
                     self._retire(journal)
         self._log_written(written)
         return written
+
+    def _write_each(self, journal: Journal, batch: Sequence[Spooled]) -> tuple[int, bool]:
+        """Write ``batch`` one conversation at a time; one the database refuses stays in the
+        spool file, skipped until the next start, and is logged. Returns how many were
+        written, and False if the database stopped answering."""
+        written = 0
+        for entry in batch:
+            item = entry.item
+            try:
+                due = self.queue.add(
+                    item.scope,
+                    item.thread_id,
+                    item.messages,
+                    item.signals,
+                    immediate=item.immediate,
+                )
+            except StorageError as exc:
+                if _unreachable(exc):
+                    self._outage.failed(exc)
+                    return written, False
+                self._refused_rows.add(entry.id)
+                logger.error(
+                    "memory_sql spool: the queue refuses the spooled conversation of %s, "
+                    "thread %s (%s); it stays in %s and is tried again at the next start",
+                    item.scope,
+                    item.thread_id,
+                    exc,
+                    journal.path,
+                )
+                continue
+            journal.remove([entry.id])
+            self._forget([entry])
+            written += 1
+            self._queued(due)
+        return written, True
 
     def close(self, timeout: float = 5.0) -> int:
         """Stop the background thread, make a last attempt to write, and close the files.
@@ -214,14 +268,15 @@ class Spool:
     def _keep(self, item: Enqueued, key: _Key) -> None:
         tenant = item.scope.tenant_id
         with self._lock:
-            total = sum(self._tenants.values())
-            if total >= self.max_conversations or self._tenants[tenant] >= self.max_per_tenant:
+            if (
+                self._total >= self.max_conversations
+                or self._tenants[tenant] >= self.max_per_tenant
+            ):
                 self.refused += 1
                 refused = True
             else:
                 refused = False
-                self._keys[key] += 1
-                self._tenants[tenant] += 1
+                self._count(key, 1)
         if refused:
             raise SpoolFullError(self._full_message(tenant), retry_after=self.retry_seconds)
         entry = _Append(item, utcnow())
@@ -229,7 +284,7 @@ class Spool:
             self._commit(entry)
         except BaseException:
             with self._lock:
-                self._uncount(key, tenant)
+                self._count(key, -1)
                 self.refused += 1
             raise
 
@@ -276,9 +331,8 @@ class Spool:
                 self._own = claim_slot(self.directory)
                 self._journals.insert(0, self._own)
                 # The slot's file may hold rows of a process that died since this one started.
-                for (tenant, *rest), rows in self._own.tenants().items():
-                    self._keys[(tenant, *rest)] += rows  # type: ignore[index]
-                    self._tenants[tenant] += rows
+                for key, rows in self._own.tenants().items():
+                    self._count(key, rows)
                 logger.info("memory_sql spool: conversations are spooled in %s", self._own.path)
             return self._own
 
@@ -295,9 +349,8 @@ class Spool:
             counts = journal.tenants()
             with self._lock:
                 self._journals.append(journal)
-                for (tenant, *rest), rows in counts.items():
-                    self._keys[(tenant, *rest)] += rows  # type: ignore[index]
-                    self._tenants[tenant] += rows
+                for key, rows in counts.items():
+                    self._count(key, rows)
             logger.warning(
                 "memory_sql spool: %d conversation(s) left in %s by a process that stopped; "
                 "writing them to the queue",
@@ -317,16 +370,19 @@ class Spool:
     def _forget(self, batch: Sequence[Spooled]) -> None:
         with self._lock:
             for entry in batch:
-                self._uncount(_key(entry.item), entry.item.scope.tenant_id)
+                self._count(_key(entry.item), -1)
             self.written += len(batch)
 
-    def _uncount(self, key: _Key, tenant: str) -> None:
-        self._keys[key] -= 1
+    def _count(self, key: _Key, rows: int) -> None:
+        """Count ``rows`` more (or fewer) spooled conversations of ``key``; under the lock."""
+        tenant = key[0]
+        self._keys[key] += rows
         if self._keys[key] <= 0:
             del self._keys[key]
-        self._tenants[tenant] -= 1
+        self._tenants[tenant] += rows
         if self._tenants[tenant] <= 0:
             del self._tenants[tenant]
+        self._total += rows
 
     def _full_message(self, tenant: str) -> str:
         if self._tenants[tenant] >= self.max_per_tenant:
@@ -371,6 +427,14 @@ class Spool:
                     self.write()
                 except Exception:  # the loop must outlive any one failure
                     logger.exception("memory_sql spool: unexpected error while writing")
+
+
+def _unreachable(exc: StorageError) -> bool:
+    """Whether ``exc`` is the database being away (or busy: a deadlock, a lost connection),
+    to be tried again later, rather than it refusing what was written."""
+    return isinstance(exc.__cause__, (sa.exc.OperationalError, sa.exc.InterfaceError)) or not (
+        isinstance(exc.__cause__, sa.exc.DBAPIError)
+    )
 
 
 def _key(item: Enqueued) -> _Key:
