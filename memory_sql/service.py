@@ -446,9 +446,15 @@ class MemoryService:
                 immediate=immediate,
             )
         except SpoolFullError as exc:
-            _refusals.warning(
-                "memory_sql: thread %r of user %r not kept: %s", thread_id, user_id, exc
-            )
+            refused = self.spool.refused
+            if refused & (refused - 1) == 0:  # the 1st, 2nd, 4th, 8th…: not one line each
+                _refusals.warning(
+                    "memory_sql: thread %r of user %r not kept (%d refused since start): %s",
+                    thread_id,
+                    user_id,
+                    refused,
+                    exc,
+                )
             return False
         except Exception:
             self._problem(

@@ -117,7 +117,7 @@ def test_a_process_killed_with_conversations_spooled_loses_none(
 
 
 def test_one_tenant_fills_its_own_share_of_the_spool_and_no_more(
-    private_pg, memory_url, llm, tmp_path
+    private_pg, memory_url, llm, tmp_path, caplog
 ):
     config = llm_config(
         llm,
@@ -142,6 +142,8 @@ def test_one_tenant_fills_its_own_share_of_the_spool_and_no_more(
             assert kept is (n < 2)
         assert service.spool.tenant_count("small") == 5
         assert service.spool.refused == 45 + 1 + 3
+        logged = [r for r in caplog.records if r.name == "memory_sql.spool.refused"]
+        assert 1 <= len(logged) <= 6  # the 1st, 2nd, 4th … refusal, not one line each
         private_pg.start()
         assert service.spool.write() == 12
         assert service.status()["spool_refused"] == 49
@@ -278,3 +280,43 @@ def test_a_conversation_the_queue_refuses_stays_spooled_and_holds_back_no_other(
         assert service.after_agent(chat("later"), thread_id="later", user_id="u")
         assert len(service.spool) == 1  # the database answers again: straight to the queue
     assert set(queued_threads(pg_url)) == {("default", t) for t in ("t0", "t1", "t2", "later")}
+
+
+@pytest.mark.slow
+def test_after_agent_from_8_threads_through_a_restart_keeps_every_true(
+    private_pg, memory_url, llm, tmp_path
+):
+    import threading
+    import time
+
+    config = llm_config(llm, storage=memory_url, spool_dir=tmp_path / "spool")
+    accepted: list[set[str]] = [set() for _ in range(8)]
+    stop = threading.Event()
+    with MemoryService(config, start=False) as service:
+
+        def agent(number: int) -> None:
+            sent = 0
+            while not stop.is_set():
+                thread = f"a{number}-{sent}"
+                sent += 1
+                if service.after_agent(chat("tea"), thread_id=thread, user_id=f"u{number}"):
+                    accepted[number].add(thread)
+
+        agents = [threading.Thread(target=agent, args=(n,)) for n in range(8)]
+        for thread in agents:
+            thread.start()
+        time.sleep(2)
+        private_pg.restart()
+        time.sleep(3)
+        stop.set()
+        for thread in agents:
+            thread.join(30)
+        deadline = time.monotonic() + 30
+        while len(service.spool) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(service.spool) == 0
+    kept = {thread for _tenant, thread in queued_threads(memory_url)}
+    true = set().union(*accepted)
+    print(f"after_agent through a restart: {len(true)} True, {len(true & kept)} kept")
+    assert len(true) > 500
+    assert true - kept == set(), f"{len(true - kept)} of {len(true)} lost"
