@@ -1,7 +1,13 @@
-"""The durable queue: enqueue latency with 10 000 keys pending against 10, and the LLM calls
-the per-key debounce saves, on the real queue table.
+"""The durable queue: enqueue latency with 10 000 keys pending against 10, the LLM calls
+the per-key debounce saves, on the real queue table; and (PostgreSQL) the worker's throughput
+against intake in the same run.
 
-    .venv/bin/python benchmarks/bench_queue.py
+    .venv/bin/python benchmarks/bench_queue.py [--throughput-only]
+
+Throughput: 16 threads queue 2 000 conversations of 2 000 users (``after_agent``), timed:
+intake per second. Then 2 worker processes × 8 threads (``memory-sql worker``'s service) drain
+them through the scripted chat-completions server of ``tests/llm_server.py``, which answers at
+once: updates per second from the first LLM call to the empty queue, and the ratio to intake.
 
 LLM calls are counted on a simulated clock (every enqueue and claim takes an explicit ``now``),
 so a two-hour day of traffic runs in seconds: 100 conversations over 10 keys, each key talking
@@ -142,7 +148,93 @@ def global_timer_calls(events: list[tuple[float, int]]) -> tuple[int, float]:
     return calls, max(waits)
 
 
+THROUGHPUT_KEYS = 2000
+
+
+def throughput(url: str) -> None:
+    """Intake against the worker's drain, in one run (see the module docstring)."""
+    import multiprocessing
+    import threading
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from _workers import run_service_until_idle
+    from llm_server import ScriptedLLM
+    from test_service import chat, learn
+
+    from memory_sql import MemoryConfig
+    from memory_sql.service import MemoryService
+
+    migrations.upgrade(url)
+    first_call: list[float] = []
+
+    def answer(body: dict) -> str:
+        if not first_call:
+            first_call.append(time.monotonic())
+        return learn(body)
+
+    with ScriptedLLM() as llm:
+        llm.responder = answer
+        config = MemoryConfig(
+            storage=url,
+            model_name="m",
+            llm_base_url=llm.base_url,
+            llm_api_key="k",
+            debounce_seconds=0,
+            token_counting=False,
+        )
+        with MemoryService(config, start=False) as service:
+
+            def post(start: int) -> None:
+                for n in range(start, THROUGHPUT_KEYS, 16):
+                    service.after_agent(chat(f"tea{n}"), thread_id="t", user_id=f"u{n}")
+
+            threads = [threading.Thread(target=post, args=(n,)) for n in range(16)]
+            started = time.perf_counter()
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            intake = THROUGHPUT_KEYS / (time.perf_counter() - started)
+        spawn = multiprocessing.get_context("spawn")
+        results = spawn.Queue()
+        settings = {"workers": 8, "debounce_seconds": 0, "token_counting": False}
+        workers = [
+            spawn.Process(
+                target=run_service_until_idle, args=(url, llm.base_url, settings, results, 300)
+            )
+            for _ in range(2)
+        ]
+        for worker in workers:
+            worker.start()
+        engine = create_engine(url)
+        while True:
+            with engine.connect() as conn:
+                left = conn.execute(sa.select(sa.func.count()).select_from(pending)).scalar()
+            if left == 0 or not any(w.is_alive() for w in workers):
+                break
+            time.sleep(0.05)
+        ended = time.monotonic()
+        engine.dispose()
+        statuses = [results.get(timeout=60)[1] for _ in workers]
+        for worker in workers:
+            worker.join(30)
+    done = sum(status["completed"] for status in statuses)
+    rate = done / (ended - first_call[0]) if first_call else 0.0
+    print(
+        f"\nworker throughput against intake (PostgreSQL, {THROUGHPUT_KEYS} conversations of "
+        f"as many users, an LLM that answers at once)"
+    )
+    print(f"  intake, 16 threads of after_agent        {intake:7.0f} conversations/s")
+    print(f"  drain, 2 processes x 8 worker threads    {rate:7.0f} updates/s ({done} updates)")
+    print(f"  drain / intake                            {rate / intake:7.2f}")
+
+
 def main() -> None:
+    if "--throughput-only" in sys.argv:
+        with scratch_postgres() as pg:
+            if pg is not None:
+                throughput(pg)
+        return
     with tempfile.TemporaryDirectory() as tmp, scratch_postgres() as pg:
         targets = {"sqlite": f"sqlite:///{tmp}/queue.db"}
         if pg is not None:
@@ -175,6 +267,9 @@ def main() -> None:
             f"    memory_sql per-key debounce {calls:4d} calls   wait {longest:4.0f} s"
             f"   ({1 - calls / 100:.0%} fewer calls than no debounce)"
         )
+    with scratch_postgres() as pg:
+        if pg is not None:
+            throughput(pg)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from .errors import InvalidUpdateError as InvalidUpdateError
 from .errors import LLMError as LLMError
 from .errors import MemorySQLError as MemorySQLError
 from .errors import SchemaOutOfDateError as SchemaOutOfDateError
+from .errors import SpoolFullError as SpoolFullError
 from .errors import StorageError as StorageError
 from .errors import UpdateNotFoundError as UpdateNotFoundError
 from .errors import VersionConflictError as VersionConflictError
@@ -78,6 +79,7 @@ __all__ = [
     "Scope",
     "Section",
     "Signals",
+    "SpoolFullError",
     "StorageError",
     "TokenCounter",
     "UpdateKey",

@@ -84,7 +84,12 @@ _NUMBER_FIELDS = (
     "retry_backoff_seconds",
     "sweep_interval_seconds",
     "spool_max_conversations",
+    "spool_max_per_tenant",
     "spool_retry_seconds",
+    "llm_daily_calls_per_tenant",
+    "llm_daily_tokens_per_tenant",
+    "queue_max_row_messages",
+    "queue_max_row_bytes",
     "llm_timeout_seconds",
     "llm_max_retries",
     "llm_temperature",
@@ -104,6 +109,11 @@ _NUMBER_FIELDS = (
     "eviction_heat_weight",
     "eviction_freshness_half_life_days",
     "eviction_guaranteed_share",
+    "server_header_timeout_seconds",
+    "server_body_timeout_seconds",
+    "server_keep_alive_seconds",
+    "server_max_connections",
+    "server_max_header_bytes",
 )
 _OPTIONAL_TEXT_FIELDS = (
     "model_name",
@@ -112,6 +122,7 @@ _OPTIONAL_TEXT_FIELDS = (
     "llm_api_key",
     "tiktoken_encoding_file",
     "patterns_dir",
+    "spool_dir",
 )
 
 
@@ -134,9 +145,19 @@ class MemoryConfig(BaseModel):
     claim due work for ``lease_seconds``; a failed run is retried after
     ``retry_backoff_seconds`` (the worker may grow it) up to ``max_attempts`` runs in all;
     every ``sweep_interval_seconds`` the scheduler looks for due and abandoned work. While
-    the queue's database cannot be written, up to ``spool_max_conversations`` conversations
-    wait in the process (``0``: none, they are dropped as before) and are written every
-    ``spool_retry_seconds`` until it answers.
+    the queue's database cannot be written, up to ``spool_max_conversations`` conversations,
+    and ``spool_max_per_tenant`` of one tenant, wait in a spool file on local disk, synced
+    before the conversation is acknowledged, in ``spool_dir`` (default: next to a SQLite
+    database, ``<file>.spool/``; else ``$XDG_STATE_HOME/memory_sql/spool/<digest of the
+    storage URL>/``), and are written every ``spool_retry_seconds`` until it answers; past
+    those bounds, or with ``spool_max_conversations: 0``, a conversation is refused (not
+    acknowledged) rather than dropped (:mod:`memory_sql.queue.spool`). One queue row (a
+    thread's waiting turn, or its accumulated flushes) holds at most
+    ``queue_max_row_messages`` messages and ``queue_max_row_bytes`` bytes: past them its
+    oldest messages are cut and counted (what one update may cost is bounded). A tenant's
+    memory-LLM calls of one UTC day stop at ``llm_daily_calls_per_tenant`` calls and
+    ``llm_daily_tokens_per_tenant`` tokens (0: no limit); its updates then wait, not lost
+    (:mod:`memory_sql.update.budget`).
 
     The schema: a new (or empty) SQLite database is always brought to the newest revision
     when it is first opened; ``auto_migrate`` (default false) also migrates a PostgreSQL
@@ -154,7 +175,12 @@ class MemoryConfig(BaseModel):
 
     The HTTP service (``memory-sql serve``) refuses, with 413 naming the limit, a request body
     over ``server_max_body_bytes``, a conversation of more than ``server_max_messages``
-    messages, and a message of more than ``server_max_message_chars`` characters.
+    messages, and a message of more than ``server_max_message_chars`` characters. It closes a
+    connection whose request headers are not in after ``server_header_timeout_seconds`` or
+    exceed ``server_max_header_bytes``, answers 408 to a body not in after
+    ``server_body_timeout_seconds``, closes an idle kept-alive connection after
+    ``server_keep_alive_seconds``, and answers 503 past ``server_max_connections`` open
+    connections or requests.
 
     Recall with a query (:mod:`memory_sql.recall.ranking`): ``recall_relevance_weight``,
     ``recall_confidence_weight`` and ``recall_recency_weight`` weigh the score (the recency
@@ -199,14 +225,20 @@ class MemoryConfig(BaseModel):
     max_attempts: int = Field(5, ge=1, le=100)
     retry_backoff_seconds: float = Field(30.0, ge=0, le=86400)
     sweep_interval_seconds: float = Field(60.0, gt=0, le=3600)
-    spool_max_conversations: int = Field(1000, ge=0, le=1_000_000)
+    spool_max_conversations: int = Field(100_000, ge=0, le=10_000_000)
+    spool_max_per_tenant: int = Field(10_000, ge=1, le=10_000_000)
     spool_retry_seconds: float = Field(2.0, gt=0, le=600)
+    spool_dir: Path | None = None
+    queue_max_row_messages: int = Field(500, ge=2, le=1_000_000)
+    queue_max_row_bytes: int = Field(512 * 1024, ge=1024, le=1024**3)
     llm_base_url: str | None = None
     llm_api_key: SecretStr | None = None
     llm_timeout_seconds: float = Field(60.0, gt=0, le=600)
     llm_max_retries: int = Field(2, ge=0, le=10)
     llm_temperature: float = Field(0.0, ge=0, le=2)
     llm_json_mode: bool = True
+    llm_daily_calls_per_tenant: int = Field(0, ge=0, le=1_000_000_000)
+    llm_daily_tokens_per_tenant: int = Field(0, ge=0, le=10**15)
     patterns_dir: Path | None = None
     auto_migrate: bool = False
     llm_structured_output: Literal["auto", "json_schema", "json_object", "off"] = "auto"
@@ -228,6 +260,11 @@ class MemoryConfig(BaseModel):
     eviction_heat_weight: float = Field(0.10, ge=0, le=100)
     eviction_freshness_half_life_days: float = Field(90.0, gt=0, le=36500)
     eviction_guaranteed_share: float = Field(0.1, ge=0, le=1)
+    server_header_timeout_seconds: float = Field(10.0, gt=0, le=600)
+    server_body_timeout_seconds: float = Field(30.0, gt=0, le=3600)
+    server_keep_alive_seconds: float = Field(5.0, gt=0, le=600)
+    server_max_connections: int = Field(1000, ge=1, le=1_000_000)
+    server_max_header_bytes: int = Field(65536, ge=1024, le=16 * 1024 * 1024)
 
     def __init__(self, **data: Any) -> None:
         """Build from keyword arguments (no environment); :class:`ConfigError` if invalid.

@@ -79,6 +79,16 @@ class StorageError(MemorySQLError):
     """The storage backend failed (database unreachable, disk error, corrupt file)."""
 
 
+class SpoolFullError(MemorySQLError):
+    """A conversation can be neither queued (its database is unavailable) nor spooled (the
+    spool, or the tenant's share of it, is full, or its file cannot be written): it was not
+    taken, and the caller should send it again after ``retry_after`` seconds."""
+
+    def __init__(self, message: str, *, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class LeaseLostError(MemorySQLError):
     """A run's queue row is no longer leased to it (its lease expired and another worker took
     the row): what the run would have saved is rolled back, since the other run saves it."""

@@ -9,8 +9,11 @@ The agent-facing methods (:meth:`~MemoryService.after_agent`,
 :meth:`~MemoryService.before_summarization`, :meth:`~MemoryService.memory_context`) never raise
 into the agent's turn: a problem (malformed messages, a bad name) is logged and counted in
 :meth:`~MemoryService.status`, and the turn goes on without memory. A conversation the queue
-cannot take because its database is down waits in the process (:mod:`memory_sql.queue.spool`)
-until the database answers; only a process that dies during the outage loses it.
+cannot take because its database is down waits in a spool file on local disk, synced before
+``after_agent`` returns True (:mod:`memory_sql.queue.spool`), until the database answers; a
+process killed meanwhile leaves it for the next one. When the spool is full (or the tenant's
+share of it), ``after_agent`` returns False and counts it (``spool_refused``): True always
+means kept.
 
 When the memory and the queue share a database (a SQL store), an update's save and the
 completion of its queue row commit in one transaction: however a process dies, each queued
@@ -21,7 +24,9 @@ killed between its save and its completion runs again: at least once.
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterable
 from datetime import date
@@ -33,7 +38,7 @@ from sqlalchemy.engine import Engine
 from . import migrations
 from .config import MemoryConfig
 from .database import check_writable, create_engine
-from .errors import LeaseLostError
+from .errors import LeaseLostError, MemorySQLError, SpoolFullError
 from .intake import KeptConversation, take_conversation
 from .models import MemoryDocument, utcnow
 from .pattern_files import load_patterns
@@ -45,12 +50,14 @@ from .storage import FileStorage, MemoryStorage, SQLStorage, load_storage_class
 from .tenancy import acting_for
 from .tokens import make_token_counter
 from .update import watermark
+from .update.budget import LLMBudget
 from .update.llm import LLMClient
 from .update.parser import MemoryUpdate
 from .update.prompt import split_conversation
 from .update.updater import MemoryUpdater, UpdateResult
 
 logger = logging.getLogger(__name__)
+_refusals = logging.getLogger("memory_sql.spool.refused")
 
 QUEUE_FILE = "queue.db"
 
@@ -100,8 +107,15 @@ class MemoryService:
             lease_seconds=self.config.lease_seconds,
             max_attempts=self.config.max_attempts,
             retry_backoff_seconds=self.config.retry_backoff_seconds,
+            max_row_messages=self.config.queue_max_row_messages,
+            max_row_bytes=self.config.queue_max_row_bytes,
         )
         self.updater = MemoryUpdater(self.config, self.storage, llm)
+        self.budget = LLMBudget(
+            self.storage.engine if isinstance(self.storage, SQLStorage) else None,
+            daily_calls=self.config.llm_daily_calls_per_tenant,
+            daily_tokens=self.config.llm_daily_tokens_per_tenant,
+        )
         self.counter = make_token_counter(
             self.config.token_counting, self.config.tiktoken_encoding_file
         )
@@ -114,7 +128,9 @@ class MemoryService:
         )
         self.spool = Spool(
             self.queue,
+            directory=self._spool_directory(),
             max_conversations=self.config.spool_max_conversations,
+            max_per_tenant=self.config.spool_max_per_tenant,
             retry_seconds=self.config.spool_retry_seconds,
             on_queued=self.worker.notify,
         )
@@ -157,10 +173,11 @@ class MemoryService:
 
         Filters the messages, needs at least one user and one assistant turn, detects
         correction / reinforcement, and queues the conversation for its key (tenant, user,
-        agent, thread), or spools it while the database is down. Returns True if the
-        conversation was queued or spooled; False when there was nothing to learn or it was
-        refused (malformed messages, text that is not valid Unicode, a bad name: logged and
-        counted as a problem).
+        agent, thread), or spools it on disk while the database is down. Returns True if the
+        conversation was queued or spooled (it is kept); False when there was nothing to learn
+        or it was refused: malformed messages, text that is not valid Unicode, a bad name
+        (logged and counted as a problem), or the database away and the spool full (counted
+        in ``spool_refused``; the caller may send it again).
         """
         return self._enqueue(messages, thread_id, user_id, agent_name, tenant_id, immediate=False)
 
@@ -195,6 +212,8 @@ class MemoryService:
         Raises:
             InvalidScopeError: a name or ``thread_id`` is malformed.
             InvalidMessageError: a message is malformed or its text is not valid Unicode.
+            SpoolFullError: the database is unavailable and the spool cannot take it (full,
+                or the tenant's share full): nothing was kept, send it again later.
         """
         if not self.config.enabled:
             return False
@@ -231,6 +250,7 @@ class MemoryService:
 
         Raises:
             InvalidScopeError: a name or ``thread_id`` is malformed.
+            SpoolFullError: as :meth:`queue_conversation`.
         """
         if not self.config.enabled:
             return False
@@ -308,10 +328,15 @@ class MemoryService:
         """``pending`` and ``failed`` rows in the queue (all processes), ``leased`` (running
         anywhere), ``in_flight`` (running here), ``completed`` / ``failed_runs`` /
         ``postponed`` (runs here since start; postponed: lost to version conflicts, run again),
-        ``spooled`` (conversations waiting here for the database), ``spool_dropped`` (spooled
-        conversations lost, the spool being full), ``problems`` (hook calls that were logged
-        instead of raising), and ``llm_calls`` / ``prompt_tokens`` / ``completion_tokens`` (the
-        memory LLM's calls here since start, failed ones too: the numbers of the usage rows).
+        ``spooled`` (conversations waiting in this process's spool file for the database),
+        ``spool_refused`` (conversations not taken since start, the database away and the
+        spool full: ``after_agent`` said False, the service 503), ``trimmed_messages``
+        (cut oldest first from queue rows over ``queue_max_row_messages`` or
+        ``queue_max_row_bytes`` since start), ``over_budget`` (updates held back here since
+        start, their tenant's daily LLM budget used up: they wait), ``problems`` (hook calls
+        that were logged instead of raising), and ``llm_calls`` / ``prompt_tokens`` /
+        ``completion_tokens`` (the memory LLM's calls here since start, failed ones too: the
+        numbers of the usage rows).
 
         Raises:
             StorageError: the queue's database cannot be read.
@@ -326,7 +351,9 @@ class MemoryService:
             "failed_runs": self.worker.failed,
             "postponed": self.worker.postponed,
             "spooled": len(self.spool),
-            "spool_dropped": self.spool.dropped,
+            "spool_refused": self.spool.refused,
+            "trimmed_messages": self.queue.trimmed_messages,
+            "over_budget": self.budget.refused,
             "problems": self._problems,
             **self._llm_usage,
         }
@@ -436,6 +463,17 @@ class MemoryService:
                 tenant_id=tenant_id,
                 immediate=immediate,
             )
+        except SpoolFullError as exc:
+            refused = self.spool.refused
+            if refused & (refused - 1) == 0:  # the 1st, 2nd, 4th, 8th…: not one line each
+                _refusals.warning(
+                    "memory_sql: thread %r of user %r not kept (%d refused since start): %s",
+                    thread_id,
+                    user_id,
+                    refused,
+                    exc,
+                )
+            return False
         except Exception:
             self._problem(
                 "memory_sql: cannot queue thread %r of user %r for memory", thread_id, user_id
@@ -447,6 +485,14 @@ class MemoryService:
             return self._run_for_tenant(item)
 
     def _run_for_tenant(self, item: PendingUpdate) -> RunOutcome:
+        if item.reply is None and self.budget.limited:  # a stored reply needs no LLM call
+            try:
+                over = self.budget.over(item.scope.tenant_id)
+            except MemorySQLError:
+                over = None  # the update meets the same database, and fails or not by itself
+            if over is not None:
+                self.budget.refused += 1
+                return RunOutcome(False, over, wait_seconds=self.budget.wait_seconds())
         # Only what follows the thread's watermark is new (memory_sql.update.watermark); the last
         # exchange before it goes along as marked context.
         cut = self._cut(item)
@@ -494,6 +540,9 @@ class MemoryService:
             if self.on_result is not None:
                 self.on_result(result)
             if result.llm_called:
+                self.budget.spent(
+                    item.scope.tenant_id, 1, result.prompt_tokens + result.completion_tokens
+                )
                 with self._problems_lock:
                     self._llm_usage["llm_calls"] += 1
                     self._llm_usage["prompt_tokens"] += result.prompt_tokens
@@ -578,6 +627,22 @@ class MemoryService:
             engine.dispose()
             raise
         return SQLStorage(engine)
+
+    def _spool_directory(self) -> Path | None:
+        """Where this service's spool files go: ``spool_dir``, else next to a SQLite file,
+        else a folder of the user's state directory named by a digest of the storage URL (so
+        the processes of one database share it). None when the spool is off."""
+        if self.config.spool_max_conversations == 0:
+            return None
+        if self.config.spool_dir is not None:
+            return Path(self.config.spool_dir)
+        url = self.queue.engine.url
+        if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+            return Path(f"{url.database}.spool")
+        state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+        name = url.render_as_string(hide_password=True)
+        digest = hashlib.sha256(name.encode()).hexdigest()[:16]
+        return Path(state) / "memory_sql" / "spool" / digest
 
     def _queue_engine(self) -> Engine:
         if isinstance(self.storage, SQLStorage):

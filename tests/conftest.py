@@ -21,6 +21,14 @@ DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+@pytest.fixture(autouse=True)
+def _spool_state_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch) -> None:
+    """Every test's default spool directory (``$XDG_STATE_HOME/memory_sql/spool``) is its own:
+    no spool file is left in the home directory, nor adopted by a later test whose database
+    URL happens to be the same (a private cluster given the same port)."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+
+
 @pytest.fixture(scope="session")
 def pg_server() -> URL:
     """The PostgreSQL server's URL. Without a server the test skips, except under CI=true,

@@ -46,6 +46,7 @@ def test_the_public_api_is_pinned():
             "Scope",
             "Section",
             "Signals",
+            "SpoolFullError",
             "StorageError",
             "TokenCounter",
             "UpdateKey",

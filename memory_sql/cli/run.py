@@ -23,6 +23,7 @@ from ..config import MemoryConfig
 from ..database import OutageLog, redacted
 from ..errors import ConfigError, MemorySQLError, StorageError
 from ..intake.messages import normalize_messages
+from ..ops.transfer import TOO_DEEP
 from ..schema import memory_pending_updates as pending
 from ..scope import Scope, check_thread_id
 from ..service import MemoryService
@@ -196,6 +197,8 @@ def read_conversation(path: Path, thread_id: str, defaults: dict[str, str | None
         raise Skip(
             f"{path}:{exc.lineno}: not valid JSON ({exc.msg}, column {exc.colno}); not queued"
         ) from None
+    except RecursionError:
+        raise Skip(f"{path}: {TOO_DEEP}; not queued") from None
     return _conversation(data, str(path), thread_id, defaults)
 
 
@@ -219,6 +222,9 @@ def read_jsonl(
             data = json.loads(line)
         except json.JSONDecodeError as exc:
             yield Skip(f"{label}: not valid JSON ({exc.msg}, column {exc.colno}); not queued")
+            continue
+        except RecursionError:
+            yield Skip(f"{label}: {TOO_DEEP}; not queued")
             continue
         try:
             yield _conversation(data, label, f"{prefix}:{number}", defaults)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated
 
 import typer
@@ -49,6 +52,8 @@ def serve(
         import uvicorn
 
         from ..server.app import create_app
+        from ..server.logs import RateLimitFilter
+        from ..server.protocol import guarded_protocol
         from ..server.requests import RequestIdFilter
         from ..server.state import ServerState
     except ImportError as exc:
@@ -61,14 +66,37 @@ def serve(
     logging.basicConfig(
         level=level, format="%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"
     )
+    rate_limit = RateLimitFilter()
     for handler in logging.getLogger().handlers:
         handler.addFilter(RequestIdFilter())
+        handler.addFilter(rate_limit)
     logging.getLogger("alembic").setLevel(logging.WARNING)  # /readyz reads the revision
-    uvicorn.run(
-        create_app(settings, with_worker=with_worker),
-        host=host,
-        port=port,
-        log_level=log_level.lower(),
-        access_log=False,  # the service logs each request itself, with its id
-        log_config=None,
-    )
+    with _signals_end_the_server_only():
+        uvicorn.run(
+            create_app(settings, with_worker=with_worker),
+            host=host,
+            port=port,
+            log_level=log_level.lower(),
+            access_log=False,  # the service logs each request itself, with its id
+            log_config=None,
+            http=guarded_protocol(settings.server_header_timeout_seconds),
+            timeout_keep_alive=settings.server_keep_alive_seconds,  # type: ignore[arg-type]
+            limit_concurrency=settings.server_max_connections,
+            h11_max_incomplete_event_size=settings.server_max_header_bytes,
+            timeout_graceful_shutdown=30,
+        )
+
+
+@contextmanager
+def _signals_end_the_server_only() -> Iterator[None]:
+    """SIGTERM and SIGINT stop the server (uvicorn's own handlers, installed while it runs),
+    and nothing more: uvicorn raises the signal again once it has shut down, which would end
+    the process by the signal (exit -15, 143 in a container) after a clean shutdown. Here that
+    second delivery is ignored, and ``serve`` returns: exit 0."""
+    handled = (signal.SIGTERM, signal.SIGINT)
+    previous = {sig: signal.signal(sig, lambda _number, _frame: None) for sig in handled}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

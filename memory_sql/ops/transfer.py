@@ -102,6 +102,8 @@ def import_memory(
             data = json.loads(data)
         except json.JSONDecodeError as exc:
             raise ImportFileError(source, exc.lineno, f"not JSON: {exc.msg}") from None
+        except RecursionError:
+            raise ImportFileError(source, None, TOO_DEEP) from None
         except UnicodeDecodeError as exc:
             raise ImportFileError(source, None, f"not UTF-8 text: {exc.reason}") from None
     memory = parse_memory(data, source=source, line=None)
@@ -123,6 +125,8 @@ def parse_memory(
         memory = MemoryDocument.from_deerflow(data)
     except ValidationError as exc:
         raise ImportFileError(source, line, describe_validation_error(exc)) from None
+    except RecursionError:
+        raise ImportFileError(source, line, TOO_DEEP) from None
     seen: set[str] = set()
     for fact in memory.facts:
         if fact.id in seen:
@@ -136,6 +140,7 @@ def parse_memory(
     return memory
 
 
+TOO_DEEP = "not JSON this reader takes: its arrays and objects are nested too deeply"
 _LINE_KEYS = frozenset({"tenant_id", "user_id", "agent_name", "memory"})
 
 
@@ -165,6 +170,8 @@ def read_jsonl(
         except json.JSONDecodeError as exc:
             problem = f"not JSON: {exc.msg} (column {exc.colno})"
             raise ImportFileError(source, number, problem) from None
+        except RecursionError:
+            raise ImportFileError(source, number, TOO_DEEP) from None
         if not isinstance(data, dict):
             raise ImportFileError(source, number, f"expected a JSON object, not {_kind(data)}")
         unknown = sorted(set(data) - _LINE_KEYS)

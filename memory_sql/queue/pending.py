@@ -27,6 +27,12 @@ When the memory lives in the queue's database, :meth:`~UpdateQueue.complete_on` 
 row inside the memory save's own transaction: the save and the completion commit together or
 not at all, so a process killed at any point never applies one conversation twice.
 
+What one row may cost is bounded: a row holds at most ``max_row_messages`` messages and
+``max_row_bytes`` bytes of them (as JSON); flushes that would grow it past either, or one
+conversation over them, are cut oldest first, and the cut messages are counted
+(:attr:`UpdateQueue.trimmed_messages`) and logged. Cutting rather than refusing keeps every
+conversation that was acknowledged, spooled ones included, in the queue: its newest part.
+
 Every method is retried once when it meets a connection that died (a restarted server, see
 :func:`~memory_sql.database.reconnecting`); each is safe to repeat.
 """
@@ -35,8 +41,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import socket
+import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -56,6 +64,8 @@ from ..models import utcnow
 from ..schema import memory_pending_updates as pending
 from ..scope import Scope
 from ..tenancy import ALL_TENANTS, acting_for
+
+logger = logging.getLogger(__name__)
 
 MAX_BACKOFF_SECONDS = 3600.0
 _MEMORY = (pending.c.tenant_id, pending.c.user_id, pending.c.agent_name)
@@ -88,6 +98,17 @@ class PendingUpdate:
     """A parsed LLM reply (JSON) left by a run that lost to version conflicts."""
 
 
+@dataclass(frozen=True)
+class Enqueued:
+    """One conversation for :meth:`UpdateQueue.add_many`: what :meth:`UpdateQueue.add` takes."""
+
+    scope: Scope
+    thread_id: str
+    messages: Sequence[Message]
+    signals: Signals
+    immediate: bool = False
+
+
 def make_owner() -> str:
     """A name for this process's leases: host, pid and a random part."""
     return f"{socket.gethostname()[:32]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -110,6 +131,8 @@ class UpdateQueue:
         max_attempts: int = 5,
         retry_backoff_seconds: float = 30.0,
         owner: str | None = None,
+        max_row_messages: int = 500,
+        max_row_bytes: int = 512 * 1024,
     ) -> None:
         self.engine = engine
         self.debounce = timedelta(seconds=debounce_seconds)
@@ -118,6 +141,11 @@ class UpdateQueue:
         self.max_attempts = max_attempts
         self.backoff_seconds = retry_backoff_seconds
         self.owner = owner or make_owner()
+        self.max_row_messages = max_row_messages
+        self.max_row_bytes = max_row_bytes
+        self.trimmed_messages = 0
+        """Messages cut from rows over the caps since start (oldest first)."""
+        self._trim_lock = threading.Lock()
         self._postgres = engine.dialect.name == "postgresql"
 
     # enqueue ---------------------------------------------------------------------------------
@@ -138,71 +166,167 @@ class UpdateQueue:
         ``immediate`` is the summarization flush: kind ``flush``, due now.
         """
         now = now or utcnow()
+        with self._transaction() as conn:
+            return self._add_on(conn, Enqueued(scope, thread_id, messages, signals, immediate), now)
+
+    @reconnecting
+    def add_many(self, items: Sequence[Enqueued], *, now: datetime | None = None) -> list[datetime]:
+        """:meth:`add` of every item, in one transaction: all are queued or none. Items of one
+        key are applied in the order given (a later turn replaces an earlier one, flushes
+        accumulate), exactly as the same :meth:`add` calls one by one would; returns each
+        item's due time.
+
+        The first item of each key is inserted by multi-row statements; the keys
+        that had a row already, and the later items of a key, are merged one by one as
+        :meth:`add` merges. Keys are written in a fixed order, so two batches of overlapping
+        keys wait for each other rather than deadlock."""
+        now = now or utcnow()
+        order = sorted(range(len(items)), key=lambda i: _sort_key(items[i]))
+        dues: list[datetime] = [now] * len(items)
+        firsts: dict[tuple[Any, ...], int] = {}
+        for index in order:
+            firsts.setdefault(_sort_key(items[index]), index)
+        with self._transaction() as conn:
+            inserted = self._insert_new(conn, [items[i] for i in firsts.values()], now)
+            for index in order:
+                item = items[index]
+                if firsts[_sort_key(item)] == index and _sort_key(item) in inserted:
+                    dues[index] = now if item.immediate else now + self.debounce
+                else:
+                    dues[index] = self._add_on(conn, item, now)
+        return dues
+
+    def _insert_new(
+        self, conn: Connection, items: Sequence[Enqueued], now: datetime
+    ) -> set[tuple[Any, ...]]:
+        """Insert a row for each of ``items`` (one per key) whose key has none; the keys
+        inserted."""
+        if not items:
+            return set()
+        rows = [
+            {
+                **_key_values(item.scope, item.thread_id, _kind(item)),
+                "messages": self._capped(
+                    [m.to_dict() for m in item.messages], item.scope, item.thread_id
+                ),
+                "correction": item.signals.correction,
+                "reinforcement": item.signals.reinforcement,
+                "first_enqueued_at": now,
+                "last_enqueued_at": now,
+                "due_at": now if item.immediate else now + self.debounce,
+                "generation": 1,
+                "attempts": 0,
+                "status": "pending",
+            }
+            for item in items
+        ]
+        # Many parameter sets with RETURNING: SQLAlchemy's "insertmanyvalues" sends them as
+        # multi-row INSERTs of one compiled statement.
+        returned = conn.execute(
+            self._insert_ignoring_conflict().returning(*_KEY, pending.c.kind), rows
+        ).all()
+        return {
+            (tenant, user, agent, thread, kind == "flush")
+            for tenant, user, agent, thread, kind in returned
+        }
+
+    def _add_on(self, conn: Connection, item: Enqueued, now: datetime) -> datetime:
+        scope, thread_id, signals, immediate = (
+            item.scope,
+            item.thread_id,
+            item.signals,
+            item.immediate,
+        )
         kind = "flush" if immediate else "turn"
         key = _key_values(scope, thread_id, kind)
-        body = json.dumps([m.to_dict() for m in messages], ensure_ascii=True)
+        body = self._capped([m.to_dict() for m in item.messages], scope, thread_id)
         due = now if immediate else now + self.debounce
-        with self._transaction() as conn:
-            # On PostgreSQL the row may vanish between the two statements (a run completing):
-            # then the insert is tried again.
-            for _ in range(3):
-                inserted = conn.execute(
-                    self._insert_ignoring_conflict()
-                    .values(
-                        **key,
-                        messages=body,
-                        correction=signals.correction,
-                        reinforcement=signals.reinforcement,
-                        first_enqueued_at=now,
-                        last_enqueued_at=now,
-                        due_at=due,
-                        generation=1,
-                        attempts=0,
-                        status="pending",
-                    )
-                    .returning(pending.c.generation)
-                ).first()
-                if inserted is not None:
-                    return due
-                row = conn.execute(self._for_update(_SELECT_FOR_ADD.where(_is_key(key)))).first()
-                if row is not None:
-                    break
-            else:
-                raise StorageError(
-                    f"update queue: the row of {scope}, thread {thread_id} "
-                    "kept vanishing while being written"
-                )
-            merged = Signals(row.correction, row.reinforcement) | signals
-            if immediate and not _leased(row.lease_until, now):
-                # Flushes accumulate: each holds messages a summarization removed, which the
-                # next flush of the thread no longer contains. The same flush twice (an add
-                # run again after its commit was lost with the connection) is kept once.
-                waiting, adding = json.loads(row.messages), json.loads(body)
-                if waiting[-len(adding) :] != adding:
-                    body = json.dumps(waiting + adding, ensure_ascii=True)
-                else:
-                    body = row.messages
-            first = now if row.status == "failed" else row.first_enqueued_at
-            if not immediate:
-                due = min(due, first + self.max_wait)
-            conn.execute(
-                sa.update(pending)
-                .where(_is_key(key))
+        # On PostgreSQL the row may vanish between the two statements (a run completing):
+        # then the insert is tried again.
+        for _ in range(3):
+            inserted = conn.execute(
+                self._insert_ignoring_conflict()
                 .values(
+                    **key,
                     messages=body,
-                    correction=merged.correction,
-                    reinforcement=merged.reinforcement,
-                    first_enqueued_at=first,
+                    correction=signals.correction,
+                    reinforcement=signals.reinforcement,
+                    first_enqueued_at=now,
                     last_enqueued_at=now,
                     due_at=due,
-                    generation=pending.c.generation + 1,
+                    generation=1,
+                    attempts=0,
                     status="pending",
-                    attempts=sa.case((pending.c.status == "failed", 0), else_=pending.c.attempts),
-                    last_error=None,
-                    reply=None,
                 )
+                .returning(pending.c.generation)
+            ).first()
+            if inserted is not None:
+                return due
+            row = conn.execute(self._for_update(_SELECT_FOR_ADD.where(_is_key(key)))).first()
+            if row is not None:
+                break
+        else:
+            raise StorageError(
+                f"update queue: the row of {scope}, thread {thread_id} "
+                "kept vanishing while being written"
             )
+        merged = Signals(row.correction, row.reinforcement) | signals
+        if immediate and not _leased(row.lease_until, now):
+            # Flushes accumulate: each holds messages a summarization removed, which the
+            # next flush of the thread no longer contains. The same flush twice (an add
+            # run again after its commit was lost with the connection) is kept once.
+            waiting, adding = json.loads(row.messages), json.loads(body)
+            if waiting[-len(adding) :] != adding:
+                body = self._capped(waiting + adding, scope, thread_id)
+            else:
+                body = row.messages
+        first = now if row.status == "failed" else row.first_enqueued_at
+        if not immediate:
+            due = min(due, first + self.max_wait)
+        conn.execute(
+            sa.update(pending)
+            .where(_is_key(key))
+            .values(
+                messages=body,
+                correction=merged.correction,
+                reinforcement=merged.reinforcement,
+                first_enqueued_at=first,
+                last_enqueued_at=now,
+                due_at=due,
+                generation=pending.c.generation + 1,
+                status="pending",
+                attempts=sa.case((pending.c.status == "failed", 0), else_=pending.c.attempts),
+                last_error=None,
+                reply=None,
+            )
+        )
         return due
+
+    def _capped(self, messages: list[dict[str, Any]], scope: Scope, thread_id: str) -> str:
+        """``messages`` as the row's JSON, cut oldest first to at most ``max_row_messages``
+        messages and ``max_row_bytes`` bytes (the newest message is always kept): what one
+        row may cost in LLM calls is bounded. The cut is counted and logged."""
+        texts = [json.dumps(m, ensure_ascii=True) for m in messages]
+        keep, size = 0, 2
+        for text in reversed(texts):
+            grown = size + len(text) + (2 if keep else 0)
+            if keep and (keep >= self.max_row_messages or grown > self.max_row_bytes):
+                break
+            keep, size = keep + 1, grown
+        cut = len(texts) - keep
+        if cut:
+            with self._trim_lock:
+                self.trimmed_messages += cut
+            logger.warning(
+                "update queue: %s, thread %s: %d oldest message(s) cut, over the row's caps "
+                "(queue_max_row_messages %d, queue_max_row_bytes %d)",
+                scope,
+                thread_id,
+                cut,
+                self.max_row_messages,
+                self.max_row_bytes,
+            )
+        return "[" + ", ".join(texts[cut:]) + "]"
 
     # work ------------------------------------------------------------------------------------
 
@@ -568,6 +692,15 @@ def _key_values(scope: Scope, thread_id: str, kind: str) -> dict[str, str]:
         "thread_id": thread_id,
         "kind": kind,
     }
+
+
+def _sort_key(item: Enqueued) -> tuple[Any, ...]:
+    scope = item.scope
+    return (scope.tenant_id, scope.user_id, scope.agent_key, item.thread_id, item.immediate)
+
+
+def _kind(item: Enqueued) -> str:
+    return "flush" if item.immediate else "turn"
 
 
 def _is_key(key: dict[str, str]) -> sa.ColumnElement[bool]:

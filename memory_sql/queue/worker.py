@@ -45,7 +45,9 @@ class RunOutcome:
     ``completed`` says the run already did that in its own save's transaction. Otherwise
     ``error`` is recorded and the row retried or given up; but a run that ``lease_lost`` leaves
     the row to the worker that took it, and one that lost to version conflicts gives the row
-    back with its ``retry_reply`` (JSON), the attempt not counted.
+    back with its ``retry_reply`` (JSON), the attempt not counted; one that was not run
+    (``wait_seconds``: the tenant's LLM budget is used up) gives the row back to wait that long,
+    the attempt not counted and ``error`` recorded as the reason.
     """
 
     ok: bool
@@ -53,6 +55,7 @@ class RunOutcome:
     completed: bool = False
     lease_lost: bool = False
     retry_reply: str | None = None
+    wait_seconds: float | None = None
 
 
 class UpdateWorker:
@@ -88,6 +91,7 @@ class UpdateWorker:
         self.completed = 0
         self.failed = 0
         self.postponed = 0
+        self.waited = 0  # runs given back unrun (over the LLM budget)
         self._outage = OutageLog("memory update worker")
 
     @property
@@ -262,6 +266,9 @@ class UpdateWorker:
                 item.scope,
                 item.thread_id,
             )
+        elif outcome.wait_seconds is not None:
+            self.queue.postpone(item, item.reply, outcome.wait_seconds, outcome.error or "waiting")
+            self.waited += 1
         elif outcome.retry_reply is not None:
             self.queue.postpone(
                 item,

@@ -49,7 +49,10 @@ def create_app(config: MemoryConfig | None = None, *, with_worker: bool = True) 
     )
     errors.install(app)
     app.add_middleware(
-        RequestMiddleware, max_body_bytes=config.server_max_body_bytes, metrics=metrics
+        RequestMiddleware,
+        max_body_bytes=config.server_max_body_bytes,
+        metrics=metrics,
+        body_timeout=config.server_body_timeout_seconds,
     )
     for module in (operations, conversations, memory, facts, queue, reports):
         app.include_router(module.router)

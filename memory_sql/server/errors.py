@@ -26,6 +26,7 @@ from ..errors import (
     InvalidScopeError,
     InvalidUpdateError,
     SchemaOutOfDateError,
+    SpoolFullError,
     StorageError,
     UpdateNotFoundError,
     VersionConflictError,
@@ -58,7 +59,9 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
         413: "Over a configured limit, named in the message",
         422: "A memory file (memory.json, JSON Lines) that is JSON but not a valid memory",
         500: "An internal error; the message gives the request id",
-        503: "The database cannot be reached, or is not at the schema head",
+        503: "The database cannot be reached, or is not at the schema head; or a "
+        "conversation was not kept (not_kept: the spool is full), send it again after "
+        "Retry-After",
     }
     wanted = sorted({401, 422, 500, 503, *statuses})
     return {s: {"model": ErrorBody, "description": described[s]} for s in wanted}
@@ -117,13 +120,15 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}.get(
+        code = {404: "not_found", 405: "method_not_allowed", 408: "timeout", 413: "too_large"}.get(
             exc.status_code, "http_error"
         )
         return error_response(exc.status_code, code, str(exc.detail), exc.headers)
 
     for cls, status, code in _LIBRARY_ERRORS:
         app.add_exception_handler(cls, _library_handler(status, code))
+    app.add_exception_handler(SpoolFullError, _spool_full)
+    app.add_exception_handler(RecursionError, _too_deep)
     app.add_exception_handler(StorageError, _storage_error)
     app.add_exception_handler(SchemaOutOfDateError, _storage_error)
 
@@ -150,6 +155,25 @@ async def _storage_error(request: Request, exc: Exception) -> JSONResponse:
         )
     logger.error("database error: %s", detail)
     return internal_error(request_id)
+
+
+async def _too_deep(_request: Request, _exc: Exception) -> JSONResponse:
+    """JSON nested deeper than the parser goes (``[[[[…]]]]``): bad input, not a crash."""
+    return error_response(
+        400, "invalid_request", "the request body's JSON is nested too deeply to be read"
+    )
+
+
+async def _spool_full(_request: Request, exc: Exception) -> JSONResponse:
+    """A conversation neither the queue nor the spool could take: 503 with ``Retry-After``;
+    nothing of it was kept, so the client sends it again."""
+    retry_after = max(1, round(getattr(exc, "retry_after", 1)))
+    return error_response(
+        503,
+        "not_kept",
+        " ".join(str(exc).split()),
+        headers={"Retry-After": str(retry_after)},
+    )
 
 
 def internal_error(request_id: str) -> JSONResponse:

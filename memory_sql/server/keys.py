@@ -15,6 +15,8 @@ Every request's key is looked up (a revoked key is refused at once), except whil
 cannot be reached: then a key this process saw live within :data:`OUTAGE_GRACE` is still
 taken, so that conversations posted during an outage are spooled (as the library's
 ``after_agent`` does) instead of refused; reads and writes of memories fail with the database.
+A key revoked while this process could still reach the database is not (see
+:class:`KeyChecker`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import hmac
 import re
 import secrets
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import sqlalchemy as sa
@@ -33,7 +35,7 @@ from sqlalchemy.engine import Engine
 from ..database import database_errors, reconnecting
 from ..errors import MemorySQLError, StorageError
 from ..models import utcnow
-from ..schema import API_KEY_ROLES, memory_api_keys
+from ..schema import API_KEY_ROLES, UTCDateTime, memory_api_keys
 from ..scope import Scope
 from ..tenancy import outside_row_security
 
@@ -47,6 +49,8 @@ LAST_USED_RESOLUTION = timedelta(minutes=1)
 """``last_used_at`` is written at most this often per key and process (not on every request)."""
 OUTAGE_GRACE = timedelta(minutes=15)
 """How long after its last successful check a key is still taken while the database is down."""
+GRACE_SYNC_INTERVAL = timedelta(seconds=1)
+"""How often (at most) the outage grace list is compared with the table, to drop revoked keys."""
 
 
 class KeyNotFoundError(MemorySQLError, LookupError):
@@ -157,39 +161,57 @@ def revoke_key(engine: Engine, key_id: str) -> ApiKey:
 
 
 class KeyChecker:
-    """Authenticates the keys of requests against the table; safe to share between threads."""
+    """Authenticates the keys of requests against the table; safe to share between threads.
+
+    The outage grace list (keys found live, for when the database cannot be reached) changes
+    only on what the database said: a key is added when a check finds it live, and removed
+    when a lookup finds it revoked or gone, or when the list is compared with the table (at
+    most every :data:`GRACE_SYNC_INTERVAL`, on a check that reached the database). A wrong
+    secret, or a failed lookup, never changes it: a forged request cannot take a live key's
+    grace away, and a key revoked while this process could reach the database is dropped
+    from the list before the outage.
+    """
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._last_written: dict[str, datetime] = {}
         # key id -> (secret hash, key, when last found live): for outages only.
         self._seen_live: dict[str, tuple[str, ApiKey, datetime]] = {}
+        self._synced = utcnow()
 
     def check(self, token: str) -> ApiKey | None:
         """The live key ``token`` is the secret text of, or None (unknown, wrong or revoked).
+
+        A key id that exists and one that does not take the same work: the lookup returns one
+        row of the same shape either way, and the same digest is compared.
 
         Raises:
             StorageError: the database failed, and the key was not seen live here within
                 :data:`OUTAGE_GRACE`.
         """
         match = _TOKEN.fullmatch(token)
-        key_id, secret = match.groups() if match else ("", token)
-        row = None
-        if key_id:
-            try:
-                row = self._lookup(key_id)
-            except StorageError:
-                key = self._seen_during_outage(key_id, secret)
-                if key is None:
-                    raise
-                return key
-        stored = row.secret_sha256 if row is not None else _DUMMY_HASH
-        matches = hmac.compare_digest(_hash(secret), stored)
-        if row is None or not matches or row.revoked_at is not None:
-            self._seen_live.pop(key_id, None)
+        if match is None:
+            return None  # not even the shape of a key: nothing to look up
+        key_id, secret = match.groups()
+        try:
+            row = self._lookup(key_id)
+        except StorageError:
+            key = self._seen_during_outage(key_id, secret)
+            if key is None:
+                raise
+            return key
+        matches = hmac.compare_digest(_hash(secret), row.secret_sha256)
+        revoked = row.revoked_at != _NEVER
+        if not row.found or revoked:
+            self._seen_live.pop(key_id, None)  # the database says it is not live
+        self._sync_grace()
+        if not row.found or revoked or not matches:
             return None
-        key = ApiKey(*row[: len(_COLUMNS)])
-        self._seen_live[key_id] = (stored, key, utcnow())
+        last_used = None if row.last_used_at == _NEVER else row.last_used_at
+        key = ApiKey(
+            row.key_id, row.tenant_id, row.role, row.description, row.created_at, last_used, None
+        )
+        self._seen_live[key_id] = (row.secret_sha256, key, utcnow())
         self._touch(key)
         return key
 
@@ -202,7 +224,37 @@ class KeyChecker:
             outside_row_security(),
             self.engine.connect() as conn,
         ):
-            return conn.execute(_BY_ID, {"key_id": key_id}).one_or_none()
+            return conn.execute(_CHECK, {"key_id": key_id}).one()
+
+    def _sync_grace(self) -> None:
+        """Drop from the grace list the keys revoked or deleted since they were found live
+        (by another process: ``memory-sql keys revoke``), at most every
+        :data:`GRACE_SYNC_INTERVAL`."""
+        now = utcnow()
+        if now - self._synced < GRACE_SYNC_INTERVAL or not self._seen_live:
+            return
+        self._synced = now
+        ids = list(self._seen_live)
+        try:
+            with (
+                database_errors(self.engine, "check API keys"),
+                outside_row_security(),
+                self.engine.connect() as conn,
+            ):
+                live = set(
+                    conn.execute(
+                        sa.select(memory_api_keys.c.key_id, memory_api_keys.c.secret_sha256).where(
+                            memory_api_keys.c.key_id.in_(ids),
+                            memory_api_keys.c.revoked_at.is_(None),
+                        )
+                    ).all()
+                )
+        except StorageError:
+            return  # not a successful check: the list stays as it is
+        for key_id in ids:
+            seen = self._seen_live.get(key_id)
+            if seen is not None and (key_id, seen[0]) not in live:
+                self._seen_live.pop(key_id, None)
 
     def _seen_during_outage(self, key_id: str, secret: str) -> ApiKey | None:
         seen = self._seen_live.get(key_id)
@@ -239,9 +291,30 @@ _COLUMNS = (
     memory_api_keys.c.last_used_at,
     memory_api_keys.c.revoked_at,
 )
-_BY_ID = sa.select(*_COLUMNS, memory_api_keys.c.secret_sha256).where(
-    memory_api_keys.c.key_id == sa.bindparam("key_id")
-)
+_NEVER = datetime(1970, 1, 1, tzinfo=timezone.utc)
+"""What the check's lookup reads for a time that is not set (so that every row is parsed alike)."""
+
+
+def _check_statement() -> sa.Select[Any]:
+    """One row whether or not the key id exists, of the same shape and work: the key's
+    columns, or placeholders (the dummy hash, ``_NEVER``) when it does not exist."""
+    k = memory_api_keys
+    wanted = sa.select(sa.bindparam("key_id", type_=sa.String).label("key_id")).subquery()
+    never = sa.literal(_NEVER, UTCDateTime())
+    return sa.select(
+        k.c.key_id.is_not(None).label("found"),
+        sa.func.coalesce(k.c.key_id, wanted.c.key_id).label("key_id"),
+        sa.func.coalesce(k.c.tenant_id, "").label("tenant_id"),
+        sa.func.coalesce(k.c.role, "read").label("role"),
+        k.c.description,
+        sa.func.coalesce(k.c.created_at, never).label("created_at"),
+        sa.func.coalesce(k.c.last_used_at, never).label("last_used_at"),
+        sa.func.coalesce(k.c.revoked_at, never).label("revoked_at"),
+        sa.func.coalesce(k.c.secret_sha256, _DUMMY_HASH).label("secret_sha256"),
+    ).select_from(wanted.outerjoin(k, k.c.key_id == wanted.c.key_id))
+
+
+_CHECK = _check_statement()
 
 
 def _hash(secret: str) -> str:

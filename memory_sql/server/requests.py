@@ -4,15 +4,19 @@
   answered in ``X-Request-ID``, and given to every log record made while the request runs
   (:class:`RequestIdFilter` puts it in ``record.request_id``; ``-`` outside requests).
 - A body over ``server_max_body_bytes`` is refused with 413 naming the limit, from its
-  ``Content-Length`` before it is read, or as soon as a streamed body passes the limit.
+  ``Content-Length`` before it is read, or as soon as a streamed body passes the limit; a body
+  still arriving ``server_body_timeout_seconds`` after the request began (a client sending a
+  byte now and then) is cut off with 408 and the connection closed.
 - An exception no handler took is logged with the request id and answered 500 naming the id.
-- One access-log line per request (``memory_sql.server.access``, JSON): method, route
+- One access-log line per request (``memory_sql.server.access``, JSON): method (of the
+  metrics' closed set), route
   template (never the path, which holds user ids), status, duration, key id and tenant.
   No secrets and no message text.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -25,6 +29,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .errors import error_response, internal_error
+from .metrics import method_label
 
 access_log = logging.getLogger("memory_sql.server.access")
 logger = logging.getLogger("memory_sql.server")
@@ -42,10 +47,13 @@ class RequestIdFilter(logging.Filter):
 
 
 class RequestMiddleware:
-    def __init__(self, app: ASGIApp, *, max_body_bytes: int, metrics: Any) -> None:
+    def __init__(
+        self, app: ASGIApp, *, max_body_bytes: int, metrics: Any, body_timeout: float = 30.0
+    ) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.metrics = metrics
+        self.body_timeout = body_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -98,13 +106,14 @@ class RequestMiddleware:
     def _record(self, scope: Scope, state: dict[str, Any], status: int, elapsed: float) -> None:
         """The request's metrics and its access-log line (also when it raised: then 500)."""
         template = getattr(scope.get("route"), "path", None) or "unmatched"
-        self.metrics.observe_request(scope["method"], template, status, elapsed)
+        method = method_label(scope["method"])
+        self.metrics.observe_request(method, template, status, elapsed)
         access_log.info(
             "%s",
             json.dumps(
                 {
                     "request_id": state["request_id"],
-                    "method": scope["method"],
+                    "method": method,
                     "route": template,
                     "status": status,
                     "ms": round(elapsed * 1000, 2),
@@ -116,10 +125,19 @@ class RequestMiddleware:
 
     def _limited(self, receive: Receive) -> Receive:
         seen = 0
+        deadline = time.monotonic() + self.body_timeout
 
         async def receive_limited() -> Message:
             nonlocal seen
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(deadline - time.monotonic(), 0))
+            except asyncio.TimeoutError:
+                raise HTTPException(
+                    408,
+                    f"the request body did not arrive within server_body_timeout_seconds "
+                    f"({self.body_timeout:g})",
+                    headers={"Connection": "close"},
+                ) from None
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.max_body_bytes:

@@ -253,8 +253,16 @@ class LLMClient:
     def _create(self, client: openai.OpenAI, options: dict[str, Any]) -> Completion:
         import openai
 
+        # The messages and the response format go in extra_body, which the SDK sends as it
+        # is: its typed-dict transform would walk them (milliseconds of CPU per call for the
+        # prompt and the update's JSON Schema, neither needing it). ``messages=[]`` is only
+        # the required argument; extra_body's value replaces it in the request body.
+        options = dict(options)
+        extra = {"messages": options.pop("messages")}
+        if "response_format" in options:
+            extra["response_format"] = options.pop("response_format")
         try:
-            response = client.chat.completions.create(**options)
+            response = client.chat.completions.create(messages=[], **options, extra_body=extra)
         except openai.APITimeoutError:
             raise self._error(f"timed out after {self.timeout_seconds:g} s") from None
         except openai.APIConnectionError as exc:

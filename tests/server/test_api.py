@@ -344,7 +344,12 @@ def test_failed_updates_are_listed_and_requeued(start_service, make_key, llm):
             failed = http.get("/v1/queue", params={"failed_only": True}).json()["updates"]
             time.sleep(0.2)
         assert [(u["key"], u["status"]) for u in failed] == [("turn:acme/u1/-/t1", "failed")]
-        assert failed[0]["last_error"]
+        assert "127.0.0.1" in failed[0]["last_error"]  # an admin key sees the endpoint
+        with service.client(make_key("acme", "read")) as reader:
+            shown = reader.get("/v1/queue", params={"failed_only": True}).json()["updates"]
+        error = shown[0]["last_error"]
+        assert error and "500" in error  # what went wrong, without where
+        assert "127.0.0.1" not in error and "test-model" not in error and "http" not in error
         llm.reply(json.dumps(update_reply()))
         requeued = http.post("/v1/queue/retry", json={})
         assert requeued.json() == {"requeued": ["turn:acme/u1/-/t1"], "running": []}

@@ -8,10 +8,11 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from ...errors import MemorySQLError
 from ...intake.messages import normalize_messages
 from ..auth import Writer
 from ..errors import ApiError, error_responses
-from ..state import State
+from ..state import ServerState, State
 
 router = APIRouter(prefix="/v1", tags=["conversations"], responses=error_responses(400, 403, 413))
 
@@ -75,4 +76,21 @@ def queue_conversation(body: Conversation, caller: Writer, state: State) -> Any:
             else "no user and assistant turn to learn from"
         )
         return JSONResponse({"queued": False, "reason": reason}, status_code=200)
-    return {"queued": True, "due": "now" if body.immediate else "after the debounce"}
+    answer: dict[str, Any] = {
+        "queued": True,
+        "due": "now" if body.immediate else "after the debounce",
+    }
+    with caller.acting():
+        over = _over_budget(state, caller.tenant_id)
+    if over is not None:
+        answer["due"] = "when the tenant's LLM budget allows"
+        answer["budget"] = over
+    return answer
+
+
+def _over_budget(state: ServerState, tenant_id: str) -> str | None:
+    """Why the tenant's updates wait (its daily LLM budget used up), or None."""
+    try:
+        return state.service.budget.over(tenant_id)
+    except MemorySQLError:  # the database is away: the conversation is kept all the same
+        return None

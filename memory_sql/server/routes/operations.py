@@ -14,7 +14,7 @@ router = APIRouter(tags=["operations"])
 
 
 @router.get("/healthz", summary="The process is up")
-def healthz() -> dict[str, str]:
+async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
@@ -12,7 +13,7 @@ from ...models import utcnow
 from ...queue import manage
 from ..auth import Admin, Reader
 from ..errors import error_responses
-from ..state import State
+from ..state import ServerState, State
 
 router = APIRouter(prefix="/v1/queue", tags=["queue"], responses=error_responses(400, 403, 404))
 
@@ -27,7 +28,12 @@ class Requeue(BaseModel):
     )
 
 
-@router.get("", summary="The tenant's queued updates (failed first) and their counts")
+@router.get(
+    "",
+    summary="The tenant's queued updates (failed first) and their counts",
+    description="Each row's last_error shows the memory LLM's endpoint and model to admin keys "
+    "only.",
+)
 def queue_status(
     caller: Reader,
     state: State,
@@ -44,7 +50,26 @@ def queue_status(
             user_id=user_id,
             limit=limit,
         )
-    return {"counts": counts, "updates": [row.to_dict() for row in rows]}
+    updates = [row.to_dict() for row in rows]
+    if not caller.key.allows("admin"):
+        for update in updates:
+            update["last_error"] = _without_endpoint(update["last_error"], state)
+    return {"counts": counts, "updates": updates}
+
+
+_URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.I)
+
+
+def _without_endpoint(error: str | None, state: ServerState) -> str | None:
+    """``error`` without the memory LLM's endpoint URL and model (any URL, and the configured
+    model's name): an operator's details, shown to admin keys only."""
+    if error is None:
+        return None
+    shown = _URL.sub("<LLM endpoint>", error)
+    model = state.config.model_name
+    if model:
+        shown = shown.replace(model, "<model>")
+    return shown
 
 
 @router.post("/retry", summary="Run failed (or the named) updates again, now")

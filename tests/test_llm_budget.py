@@ -1,0 +1,78 @@
+"""A tenant's daily budget of memory-LLM calls: checked before the call, its updates then wait
+(kept in the queue, the reason as their last error) while other tenants go on; the service
+says so. Real SQLite files, the scripted LLM, a real ``memory-sql serve``."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import sqlalchemy as sa
+from llm_server import llm_config
+from server.conftest import service_settings_for
+from server.service_process import ServiceProcess
+from test_service import chat, learn
+
+from memory_sql import MemoryService, migrations
+from memory_sql.database import create_engine
+from memory_sql.schema import memory_pending_updates as pending
+from memory_sql.server.keys import create_key
+
+
+def test_a_tenant_over_its_daily_calls_waits_and_others_go_on(tmp_path, llm):
+    llm.responder = learn
+    config = llm_config(
+        llm,
+        storage=f"sqlite:///{tmp_path / 'm.db'}",
+        debounce_seconds=0,
+        workers=1,
+        llm_daily_calls_per_tenant=2,
+    )
+    with MemoryService(config) as service:
+        for n in range(4):
+            assert service.after_agent(chat(f"tea{n}"), thread_id=f"t{n}", tenant_id="thrifty")
+        assert service.flush(timeout=5) is False  # two can only run tomorrow
+        assert service.after_agent(chat("coffee"), thread_id="c", tenant_id="other")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and len(llm.requests) < 3:
+            time.sleep(0.1)
+        with service.queue.engine.connect() as conn:
+            waiting = conn.execute(
+                sa.select(pending.c.tenant_id, pending.c.attempts, pending.c.last_error)
+            ).all()
+        status = service.status()
+    assert len(llm.requests) == 3  # two of the thrifty tenant's, one of the other's
+    assert [row.tenant_id for row in waiting] == ["thrifty", "thrifty"]
+    assert all("llm_daily_calls_per_tenant 2" in row.last_error for row in waiting)
+    assert all(row.attempts == 0 for row in waiting)  # waiting costs no attempt
+    assert status["over_budget"] >= 2 and status["failed"] == 0
+
+
+def test_the_service_says_when_a_tenant_is_over_its_budget(tmp_path, llm):
+    llm.responder = learn
+    url = f"sqlite:///{tmp_path / 'service.db'}"
+    migrations.upgrade(url)
+    engine = create_engine(url)
+    key = create_key(engine, tenant_id="acme", role="write")[1]
+    engine.dispose()
+    settings = {**service_settings_for(llm), "storage": url, "llm_daily_calls_per_tenant": 1}
+    with ServiceProcess(tmp_path, settings) as service, service.client(key) as http:
+        for thread in ("t1", "t2"):
+            body = {"user_id": "u1", "thread_id": thread, "messages": chat(thread)}
+            assert http.post("/v1/conversations", json=body).status_code == 202
+        deadline = time.monotonic() + 20
+        rows: list = []
+        while time.monotonic() < deadline and not any(r["last_error"] for r in rows):
+            rows = http.get("/v1/queue").json()["updates"]
+            time.sleep(0.2)
+        answer = http.post(
+            "/v1/conversations", json={"user_id": "u1", "thread_id": "t3", "messages": chat("x")}
+        ).json()
+        report = http.get("/v1/reports").json()
+        metrics = http.get("/metrics").text
+    assert len(llm.requests) == 1
+    assert "daily memory-LLM budget" in rows[0]["last_error"]
+    assert answer["queued"] is True and "llm_daily_calls_per_tenant 1" in answer["budget"]
+    assert report["llm_budget"]["daily_calls"] == 1 and report["llm_budget"]["over"]
+    held = re.search(r"^memory_sql_updates_over_budget_total (\S+)$", metrics, re.M)
+    assert held is not None and float(held.group(1)) >= 1
