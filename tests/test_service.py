@@ -108,17 +108,19 @@ def test_five_conversations_in_the_window_make_one_llm_call(make_service, llm, s
 
 
 def test_two_keys_never_wait_on_each_other(make_service, llm, scope):
-    service = make_service(debounce_seconds=0.5, max_debounce_seconds=60)
+    # The busy thread's traffic comes every 0.1 s, far inside its 1 s debounce even when the
+    # machine is loaded (the suite runs in several processes).
+    service = make_service(debounce_seconds=1.0, max_debounce_seconds=60)
     user = scope["user_id"]
     service.after_agent(chat("quiet"), thread_id="quiet", user_id=user, agent_name="coder")
     started = time.monotonic()
     done_at = None
-    while time.monotonic() - started < 3.0:
+    while time.monotonic() - started < 4.0:
         service.after_agent(chat("busy"), thread_id="busy", user_id=user, agent_name="coder")
         if done_at is None and "Likes quiet" in facts_of(service, user):
             done_at = time.monotonic() - started
         time.sleep(0.1)
-    assert done_at is not None and done_at < 2.0, done_at
+    assert done_at is not None and done_at < 3.0, done_at
     assert "Likes busy" not in facts_of(service, user)  # still debounced by its own traffic
 
 

@@ -249,11 +249,11 @@ def test_add_many_leaves_the_queue_as_the_same_adds_one_by_one(backend, tmp_path
 
 
 def test_a_conversation_the_queue_refuses_stays_spooled_and_holds_back_no_other(
-    pg_url, llm, tmp_path
+    own_pg_url, llm, tmp_path
 ):
     # A rule of the operator's, in the database: the queue refuses one thread (the database
     # answers, so it is not an outage).
-    engine = create_engine(pg_url)
+    engine = create_engine(own_pg_url)
     with engine.begin() as conn:
         conn.execute(
             sa.text(
@@ -269,7 +269,8 @@ def test_a_conversation_the_queue_refuses_stays_spooled_and_holds_back_no_other(
             )
         )
     engine.dispose()
-    config = llm_config(llm, storage=pg_url, spool_dir=tmp_path / "spool", spool_retry_seconds=600)
+    spool = tmp_path / "spool"
+    config = llm_config(llm, storage=own_pg_url, spool_dir=spool, spool_retry_seconds=600)
     with MemoryService(config, start=False) as service:
         assert service.after_agent(chat("tea"), thread_id="poison", user_id="u") is True
         assert len(service.spool) == 1  # refused by the queue: kept in the spool
@@ -279,7 +280,8 @@ def test_a_conversation_the_queue_refuses_stays_spooled_and_holds_back_no_other(
         assert len(service.spool) == 1  # kept on disk, not dropped, skipped
         assert service.after_agent(chat("later"), thread_id="later", user_id="u")
         assert len(service.spool) == 1  # the database answers again: straight to the queue
-    assert set(queued_threads(pg_url)) == {("default", t) for t in ("t0", "t1", "t2", "later")}
+    expected = {("default", t) for t in ("t0", "t1", "t2", "later")}
+    assert set(queued_threads(own_pg_url)) == expected
 
 
 @pytest.mark.slow
