@@ -47,8 +47,8 @@ _FUNCTION_WORDS = """
     a an and are as at be been but by can could did do does for from had has have he her him
     his how i if in into is it its me my of on or our she so than that the their them then there
     these they this to was we were what when where which who whom why will with would you your
-    am any about all also just no not yes please tell know remember did does do any some
-    的 了 是 在 我 你 他 她 吗 呢 吧 和 与 也 都 就 么 什 那 这 个 有 么
+    am about all also just no not yes please tell know remember some
+    的 了 是 在 我 你 他 她 吗 呢 吧 和 与 也 都 就 么 什 那 这 个 有
     の は が を に で と も た す か な い る ま し"""
 
 

@@ -25,6 +25,7 @@ from typing import Any
 from ..intake.messages import normalize_messages
 from ..models import Fact
 from ..text_search import STOPWORDS, search_text
+from .injection import FactLines
 
 QUERY_TURNS = 2
 """How many of the last user turns of a conversation make its query."""
@@ -135,7 +136,7 @@ EXPANSION_TERMS = 8
 
 def expansion_terms(
     matches: Sequence[tuple[str, float]],
-    lines: Any,
+    lines: FactLines,
     query: Sequence[str],
     facts: int,
 ) -> list[str]:
