@@ -23,7 +23,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup, escape
 
 from ... import ops
-from ...errors import UpdateNotFoundError
+from ...errors import StorageError, UpdateNotFoundError
 from ...models import format_timestamp, utcnow
 from ...ops import history
 from ...ops.reports import build_report
@@ -165,6 +165,8 @@ def _attempt(action: Callable[[], T]) -> tuple[T | None, str | None, int]:
     """``action()``, or the library's refusal of it as (None, message, status)."""
     try:
         return action(), None, 200
+    except Refused as exc:
+        return None, exc.message, exc.status
     except Exception as exc:
         known = library_status(exc)
         if known is None:
@@ -598,7 +600,7 @@ def create(
                 description=description.strip() or None,
             )
 
-    made, error, status = _attempt(make)
+    made, error, status = _attempt(lambda: _key_change(make))
     if made is None:
         return _keys_page(console, error=error, status=status)
     key, secret = made
@@ -611,14 +613,37 @@ def create(
 def revoke(console: Posted, key_id: str) -> Response:
     console.need("admin")
     caller = console.caller
+    engine = console.state.engine
     with caller.acting():
-        mine = {k.key_id for k in list_keys(console.state.engine, tenant_id=caller.tenant_id)}
+        mine = {k.key_id for k in list_keys(engine, tenant_id=caller.tenant_id)}
         if key_id not in mine:  # another tenant's key is answered as one that does not exist
             return _keys_page(console, error=f"no API key {key_id!r}", status=404)
-        revoke_key(console.state.engine, key_id)
+        _, error, status = _attempt(lambda: _key_change(lambda: revoke_key(engine, key_id)))
+    if error is not None:
+        return _keys_page(console, error=error, status=status)
     if key_id == caller.key.key_id:  # this session's own key: it ends here
         return redirect("/console/login")
     return _keys_page(console, notice=f"key {key_id} revoked")
+
+
+INSUFFICIENT_PRIVILEGE = "42501"
+
+
+def _key_change(change: Callable[[], T]) -> T:
+    """``change()`` of the keys table; a database role that may not change it (PostgreSQL, as
+    ``memory-sql db grant`` leaves the service's role) is refused by name, 403."""
+    try:
+        return change()
+    except StorageError as exc:
+        orig = getattr(exc.__cause__, "orig", None)
+        if getattr(orig, "sqlstate", None) != INSUFFICIENT_PRIVILEGE:
+            raise
+        raise Refused(
+            403,
+            "the service's database role may not create or revoke API keys (memory-sql db "
+            "grant gives it none): run memory-sql keys create or keys revoke as the tables' "
+            "owner",
+        ) from None
 
 
 # The request log ------------------------------------------------------------------------------
