@@ -51,6 +51,8 @@ def start_browser():  # -> selenium.webdriver.Chrome
         "--disable-background-networking",
         "--disable-component-update",
         "--disable-sync",
+        # No network but this machine: any other host name fails to resolve.
+        "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1, EXCLUDE localhost",
         f"--window-size={DESKTOP[0]},{DESKTOP[1]}",
     ):
         options.add_argument(argument)
