@@ -340,7 +340,7 @@ class UpdateQueue:
         claimed: list[PendingUpdate] = []
         with self._transaction() as conn:
             while len(claimed) < limit:
-                rows = conn.execute(self._claimable(limit - len(claimed), now)).all()
+                rows = self._first_of_memories(conn, limit - len(claimed), now)
                 if self._postgres and rows:
                     rows = self._still_free(conn, rows, now)
                 items = self._lease(conn, rows, now)
@@ -350,33 +350,44 @@ class UpdateQueue:
                 # Rows that cannot run were marked failed: their memories' next rows may run.
         return claimed
 
-    def _claimable(self, limit: int, now: datetime) -> sa.Select[Any]:
-        """Due, unleased rows of memories with no live lease: each memory's earliest."""
-        first_of_memory = sa.func.row_number().over(
-            partition_by=_MEMORY, order_by=(pending.c.due_at, pending.c.thread_id, pending.c.kind)
-        )
-        ranked = (
-            sa.select(*_KEY, pending.c.kind, first_of_memory.label("rank"))
+    def _first_of_memories(self, conn: Connection, limit: int, now: datetime) -> list[Any]:
+        """The earliest claimable row of each of up to ``limit`` memories, earliest due first.
+
+        Read in due order through the ``(status, due_at)`` index, a few rows past what is
+        needed, each memory's first row kept; when a busy memory's rows fill a read, the next
+        leaves the memories already found out. A claim reads a handful of rows, however long
+        the queue (ranking every due row per memory in SQL read the whole queue each time)."""
+        found: dict[tuple[str, str, str], Any] = {}
+        while True:
+            wanted = limit - len(found)
+            rows = conn.execute(self._claimable(wanted + 2, now, list(found))).all()
+            for row in rows:
+                found.setdefault((row.tenant_id, row.user_id, row.agent_name), row)
+                if len(found) == limit:
+                    return list(found.values())
+            if len(rows) < wanted + 2:
+                return list(found.values())
+
+    def _claimable(
+        self, limit: int, now: datetime, skipped: list[tuple[str, str, str]]
+    ) -> sa.Select[Any]:
+        """Due, unleased rows of memories with no live lease, but the ``skipped`` ones, in
+        due order (then thread and kind, so each memory's first is its earliest)."""
+        query = (
+            sa.select(*_KEY, pending.c.kind, pending.c.messages, pending.c.correction)
+            .add_columns(pending.c.reinforcement, pending.c.generation, pending.c.attempts)
+            .add_columns(pending.c.reply)
             .where(
                 pending.c.status == "pending",
                 pending.c.due_at <= now,
                 _unleased(now),
                 ~_memory_leased(now),
             )
-            .subquery("ranked")
-        )
-        query = (
-            sa.select(*_KEY, pending.c.kind, pending.c.messages, pending.c.correction)
-            .add_columns(pending.c.reinforcement, pending.c.generation, pending.c.attempts)
-            .add_columns(pending.c.reply)
-            .join(
-                ranked,
-                sa.and_(*(column == ranked.c[column.name] for column in (*_KEY, pending.c.kind))),
-            )
-            .where(ranked.c.rank == 1)
-            .order_by(pending.c.due_at)
+            .order_by(pending.c.due_at, pending.c.thread_id, pending.c.kind)
             .limit(limit)
         )
+        if skipped:
+            query = query.where(sa.tuple_(*_MEMORY).not_in(skipped))
         if self._postgres:
             query = query.with_for_update(of=pending, skip_locked=True)
         return query
