@@ -372,7 +372,8 @@ class UpdateQueue:
         self, limit: int, now: datetime, skipped: list[tuple[str, str, str]]
     ) -> sa.Select[Any]:
         """Due, unleased rows of memories with no live lease, but the ``skipped`` ones, in
-        due order (then thread and kind, so each memory's first is its earliest)."""
+        due order (read along the index, which stops at ``limit``: each memory's first row is
+        one of its earliest due)."""
         query = (
             sa.select(*_KEY, pending.c.kind, pending.c.messages, pending.c.correction)
             .add_columns(pending.c.reinforcement, pending.c.generation, pending.c.attempts)
@@ -383,7 +384,7 @@ class UpdateQueue:
                 _unleased(now),
                 ~_memory_leased(now),
             )
-            .order_by(pending.c.due_at, pending.c.thread_id, pending.c.kind)
+            .order_by(pending.c.due_at)
             .limit(limit)
         )
         if skipped:
