@@ -319,23 +319,17 @@ def add_fact(
     confidence: Annotated[float, Form()] = 0.9,
     agent: Annotated[str, Form()] = "",
 ) -> Response:
-    console.need("write")
-    caller = console.caller
-
-    def change() -> ops.FactChange:
-        with caller.acting():
-            return ops.add_fact(
-                console.state.storage,
-                content,
-                category=category,
-                confidence=confidence,
-                user_id=user_id,
-                agent_name=_agent(agent),
-                tenant_id=caller.tenant_id,
-                expected_version=version or None,
-            )
-
-    return _after_change(console, user_id, agent, change, "added")
+    return _change_fact(
+        console,
+        user_id,
+        agent,
+        "added",
+        ops.add_fact,
+        content,
+        category=category,
+        confidence=confidence,
+        expected_version=version or None,
+    )
 
 
 @router.post("/users/{user_id}/facts/{fact_id}")
@@ -349,24 +343,18 @@ def edit_fact(
     confidence: Annotated[float, Form()],
     agent: Annotated[str, Form()] = "",
 ) -> Response:
-    console.need("write")
-    caller = console.caller
-
-    def change() -> ops.FactChange:
-        with caller.acting():
-            return ops.update_fact(
-                console.state.storage,
-                fact_id,
-                user_id=user_id,
-                agent_name=_agent(agent),
-                tenant_id=caller.tenant_id,
-                expected_version=version,
-                content=content,
-                category=category,
-                confidence=confidence,
-            )
-
-    return _after_change(console, user_id, agent, change, "saved")
+    return _change_fact(
+        console,
+        user_id,
+        agent,
+        "saved",
+        ops.update_fact,
+        fact_id,
+        expected_version=version,
+        content=content,
+        category=category,
+        confidence=confidence,
+    )
 
 
 @router.post("/users/{user_id}/facts/{fact_id}/delete")
@@ -377,30 +365,36 @@ def delete_fact(
     version: Annotated[int, Form()],
     agent: Annotated[str, Form()] = "",
 ) -> Response:
+    return _change_fact(
+        console, user_id, agent, "deleted", ops.remove_fact, fact_id, expected_version=version
+    )
+
+
+def _change_fact(
+    console: Console,
+    user_id: str,
+    agent: str,
+    done: str,
+    operation: Callable[..., ops.FactChange],
+    *args: Any,
+    **fields: Any,
+) -> Response:
+    """``operation`` (an ``ops`` fact change) on the user's memory of ``agent``, acting for
+    the caller; the memory page again, saying what was ``done`` or why not."""
     console.need("write")
     caller = console.caller
 
     def change() -> ops.FactChange:
         with caller.acting():
-            return ops.remove_fact(
+            return operation(
                 console.state.storage,
-                fact_id,
+                *args,
                 user_id=user_id,
                 agent_name=_agent(agent),
                 tenant_id=caller.tenant_id,
-                expected_version=version,
+                **fields,
             )
 
-    return _after_change(console, user_id, agent, change, "deleted")
-
-
-def _after_change(
-    console: Console,
-    user_id: str,
-    agent: str,
-    change: Callable[[], ops.FactChange],
-    done: str,
-) -> Response:
     result, error, status = _attempt(change)
     notice = None
     if result is not None:
