@@ -177,9 +177,7 @@ def test_after_an_outage_the_listener_is_back_and_what_it_missed_is_learned(
         (first,) = wait_for(lambda: listener_pids(url), 10, "no listener")
         private_pg.restart()
         with poster(url, llm) as api:  # queued at once: the listener may well not be back
-            assert api.queue_conversation(
-                chat("tea"), thread_id="t1", user_id="u1", immediate=True
-            )
+            assert api.queue_conversation(chat("tea"), thread_id="t1", user_id="u1", immediate=True)
             learned_at(api, "u1", "Likes tea", PROMPT_WAKE, lambda: worker.log)
         (second,) = wait_for(lambda: listener_pids(url), 10, "the listener did not come back")
         assert second != first
