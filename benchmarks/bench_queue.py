@@ -263,6 +263,7 @@ def wakeups(name: str, url: str) -> None:
         "workers": 2,
     }
     lateness: dict[tuple[str, str], list[float]] = {}
+    rng = random.Random(5)
     with ScriptedLLM() as llm, tempfile.TemporaryDirectory() as folder:
         llm.responder = learn
         settings["llm_base_url"] = llm.base_url
@@ -275,7 +276,7 @@ def wakeups(name: str, url: str) -> None:
                     late = lateness.setdefault((arm, mode), [])
                     for n in range(samples):
                         user = f"{arm.split()[0]}-{mode}-{n}-{time.monotonic_ns()}"
-                        time.sleep(0.2)  # each on an idle worker
+                        time.sleep(rng.uniform(0.1, 0.4))  # an idle worker, any phase
                         posted = time.monotonic()
                         service.queue_conversation(
                             chat("tea"), thread_id="t", user_id=user, immediate=not debounce
