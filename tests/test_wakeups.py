@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from server.service_process import ServiceProcess
+from server.test_row_level_security import app_role as app_role  # a fixture
 from test_service import chat, learn
 from worker_process import WorkerProcess
 
@@ -24,6 +26,7 @@ from memory_sql.models import utcnow
 from memory_sql.queue import UpdateQueue
 from memory_sql.queue.wakeups import LISTENER_NAME, ChangePoller, NotifyListener, due_time
 from memory_sql.scope import Scope
+from memory_sql.server.keys import create_key
 from memory_sql.service import MemoryService
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -184,6 +187,41 @@ def test_after_an_outage_the_listener_is_back_and_what_it_missed_is_learned(
         assert worker.stop() == 0
 
 
+@pytest.mark.postgres
+def test_under_row_level_security_the_app_role_api_wakes_the_app_role_worker(
+    app_role, llm, tmp_path
+):
+    """The README's layout as docker-compose runs it: ``serve --no-worker`` and a separate
+    worker, both as the role ``db grant`` prepares (row-level security applies to it)."""
+    llm.responder = learn
+    owner = create_engine(app_role.owner_url)
+    key = create_key(owner, tenant_id="acme", role="write")[1]
+    owner.dispose()
+    settings = worker_settings(app_role.url, llm)
+    with (
+        WorkerProcess(tmp_path, settings) as worker,
+        ServiceProcess(tmp_path, settings, with_worker=False) as api,
+        api.client(key) as client,
+    ):
+        wait_for(lambda: listener_pids(app_role.owner_url), 10, "no listener")
+        time.sleep(1.0)
+        posted = time.monotonic()
+        sent = client.post(
+            "/v1/conversations",
+            json={"user_id": "u1", "thread_id": "t1", "messages": chat("tea"), "immediate": True},
+        )
+        assert sent.status_code == 202, sent.text
+        deadline = posted + PROMPT_WAKE
+        while client.get("/v1/users/u1/facts").status_code == 404 or not [
+            f["content"] for f in client.get("/v1/users/u1/facts").json()["facts"]
+        ]:
+            assert time.monotonic() < deadline, f"not learned; worker log:\n{worker.log}"
+            time.sleep(0.05)
+        facts = [f["content"] for f in client.get("/v1/users/u1/facts").json()["facts"]]
+        assert facts == ["Likes tea"]
+        assert worker.stop() == 0
+
+
 # --- the sources in this process ------------------------------------------------------------
 
 
@@ -272,4 +310,26 @@ def test_revision_0015_upgrades_and_downgrades(url):
         migrations.downgrade(engine, revision.down_revision)
         assert triggers() == set()
     finally:
+        engine.dispose()
+
+
+def test_a_wake_up_whose_time_passed_does_not_hold_back_later_ones(sqlite_url):
+    """A wake-up that fired while another was running went round in that one: its time,
+    passed, must not make later wake-ups look covered (they would wait for the sweep)."""
+    from memory_sql.queue import RunOutcome, UpdateWorker
+
+    engine = create_engine(sqlite_url)
+    queue = UpdateQueue(engine, debounce_seconds=0)
+    ran = threading.Event()
+    worker = UpdateWorker(queue, lambda item: ran.set() or RunOutcome(True), sweep_interval=SWEEP)
+    worker.start()
+    try:
+        time.sleep(0.3)  # the start-up look is over
+        with worker._lock:
+            worker._next_wake = utcnow() - timedelta(seconds=1)  # as such a race leaves it
+        due = queue.add(Scope.of(user_id="u1"), "t1", TURN, Signals())
+        worker.notify(due)
+        assert ran.wait(5), "the row waited for the sweep"
+    finally:
+        worker.stop(5)
         engine.dispose()

@@ -150,9 +150,18 @@ class UpdateWorker:
             if self._waking:
                 self._again = True
                 return
-            if self._next_wake is not None and self._next_wake <= due:
+            upcoming = self._upcoming()
+            if upcoming is not None and upcoming <= due:
                 return
             self._schedule(due)
+
+    def _upcoming(self) -> datetime | None:
+        """The wake-up scheduled and not yet due. One whose time has passed is not counted:
+        it fired, or fires in a moment, and may have met a wake-up running (which went round
+        again without it), so nothing later may wait for it."""
+        if self._next_wake is not None and self._next_wake > utcnow():
+            return self._next_wake
+        return None
 
     def _schedule(self, when: datetime) -> None:
         # A new job rather than moving the old one: APScheduler removes a date job itself
@@ -182,9 +191,8 @@ class UpdateWorker:
                     self._waking = False
                     self._idle.notify_all()
                     # With no free thread next_due is None: a finished run claims more instead.
-                    earlier = self._next_wake is None or (
-                        next_due is not None and next_due < self._next_wake
-                    )
+                    upcoming = self._upcoming()
+                    earlier = upcoming is None or (next_due is not None and next_due < upcoming)
                     if next_due is not None and earlier and not self._stopping:
                         self._schedule(next_due)
                     return
