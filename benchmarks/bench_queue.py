@@ -315,14 +315,30 @@ NOTIFY_TRIGGERS = ("memory_pending_updates_notify_insert", "memory_pending_updat
 
 def notify_cost(url: str) -> None:
     """What revision 0015's NOTIFY triggers cost an enqueue on PostgreSQL: one add's median
-    latency, and 16 threads adding at once (NOTIFY serialises the commits that send one),
-    with the triggers and with them disabled, alternating, in the same run."""
+    latency; 16 threads adding new keys at once (NOTIFY serialises the commits that send one);
+    16 threads merging turns into keys already waiting (which notify nothing); with the
+    triggers and with them disabled, alternating, 3 rounds each, in the same run."""
     import threading
 
     engine = create_engine(url, pool_size=20)
     migrations.upgrade(engine)
     queue = UpdateQueue(engine, debounce_seconds=DEBOUNCE)
-    results: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
+    results: dict[bool, list[tuple[float, float, float]]] = {True: [], False: []}
+
+    def concurrently(name: str) -> float:
+        def adds(worker: int) -> None:
+            for i in range(100):
+                user = f"{name}-{worker}" if name.startswith("merge") else f"{name}-{worker}-{i}"
+                queue.add(Scope.of(user_id=user), "t", CONVERSATION, Signals())
+
+        threads = [threading.Thread(target=adds, args=(n,)) for n in range(16)]
+        started = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return 1600 / (time.perf_counter() - started)
+
     for round_number in range(6):
         enabled = round_number % 2 == 0
         with engine.begin() as conn:
@@ -336,35 +352,28 @@ def notify_cost(url: str) -> None:
             queue.add(Scope.of(user_id=f"one-{round_number}-{i}"), "t", CONVERSATION, Signals())
             times.append(time.perf_counter() - start)
         times.sort()
-
-        def adds(worker: int, round_number: int = round_number) -> None:
-            for i in range(100):
-                scope = Scope.of(user_id=f"many-{round_number}-{worker}-{i}")
-                queue.add(scope, "t", CONVERSATION, Signals())
-
-        threads = [threading.Thread(target=adds, args=(n,)) for n in range(16)]
-        started = time.perf_counter()
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        rate = 1600 / (time.perf_counter() - started)
-        results[enabled].append((times[len(times) // 2], rate))
+        new_keys = concurrently(f"new-{round_number}")
+        merges = concurrently(f"merge-{round_number}")
+        results[enabled].append((times[len(times) // 2], new_keys, merges))
     with engine.begin() as conn:
         for name in NOTIFY_TRIGGERS:
             conn.exec_driver_sql(f"ALTER TABLE memory_pending_updates ENABLE TRIGGER {name}")
     engine.dispose()
     print("\nPostgreSQL enqueue with the NOTIFY triggers against without (3 rounds each, medians)")
-    (on_add, on_rate), (off_add, off_rate) = (
+    (on_add, on_new, on_merge), (off_add, off_new, off_merge) = (
         tuple(sorted(v)[1] for v in zip(*results[flag], strict=True)) for flag in (True, False)
     )
     print(
-        f"  one add           with {fmt(on_add)}   without {fmt(off_add)}   "
+        f"  one add (a new key)        with {fmt(on_add)}   without {fmt(off_add)}   "
         f"ratio {on_add / off_add:.2f}x"
     )
     print(
-        f"  16 threads adding with {on_rate:6.0f}/s  without {off_rate:6.0f}/s  "
-        f"ratio {on_rate / off_rate:.2f}x"
+        f"  16 threads adding new keys with {on_new:6.0f}/s  without {off_new:6.0f}/s  "
+        f"ratio {on_new / off_new:.2f}x"
+    )
+    print(
+        f"  16 threads merging turns   with {on_merge:6.0f}/s  without {off_merge:6.0f}/s  "
+        f"ratio {on_merge / off_merge:.2f}x"
     )
 
 

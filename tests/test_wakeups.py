@@ -226,7 +226,7 @@ def test_under_row_level_security_the_app_role_api_wakes_the_app_role_worker(
 
 
 @pytest.mark.postgres
-def test_the_trigger_notifies_the_due_time_of_claimable_rows_only(own_pg_url):
+def test_the_trigger_notifies_rows_made_claimable_or_due_sooner_only(own_pg_url):
     engine = create_engine(own_pg_url)
     got: list = []
     connected = threading.Event()
@@ -238,6 +238,9 @@ def test_the_trigger_notifies_the_due_time_of_claimable_rows_only(own_pg_url):
         due = queue.add(Scope.of(user_id="u1"), "t1", TURN, Signals())
         wait_for(lambda: got, 5, "no notification for a queued conversation")
         assert abs((got[0] - due).total_seconds()) < 1e-3
+        queue.add(Scope.of(user_id="u1"), "t1", TURN, Signals())  # merged: due later
+        time.sleep(0.5)
+        assert len(got) == 1  # who heard of the earlier time wakes then and finds this one
         queue.make_all_due()
         wait_for(lambda: len(got) == 2, 5, "no notification for a flush")
         (item,) = queue.claim(1)
