@@ -25,7 +25,7 @@ transition table. Workers listen in :mod:`memory_sql.queue.wakeups`.
 SQLite has no NOTIFY: there this revision changes nothing (workers poll a change counter).
 
 Revision ID: 0015
-Revises: 0011
+Revises: 0014
 Create Date: 2026-12-02
 """
 
@@ -34,7 +34,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "0015"
-down_revision = "0011"
+down_revision = "0014"
 branch_labels = None
 depends_on = None
 
