@@ -31,7 +31,8 @@ from memory_sql.service import MemoryService
 
 ROOT = Path(__file__).resolve().parent.parent
 SWEEP = 60.0  # the default: a wake-up within seconds cannot be the sweep's
-PROMPT_WAKE = 10.0  # seconds: far below the sweep, with room for a loaded machine
+PROMPT_WAKE = 20.0  # seconds: well below the sweep, with room for a loaded machine (the first
+# update of a process imports openai and builds its client: seconds when the cores are busy)
 TURN = [Message("user", "I like tea"), Message("assistant", "Noted: tea.")]
 
 
