@@ -1,6 +1,8 @@
-"""A real ``memory-sql worker`` in a subprocess, as the README's separate-worker layout runs it:
-started with a YAML config of the caller's, ready once it says so, stopped with SIGTERM. Used
-by the wake-up tests and ``benchmarks/bench_queue.py``."""
+"""``memory-sql`` commands in subprocesses, as operators run them: :class:`CommandProcess` (its
+output in a log file, stopped with SIGTERM) and :class:`WorkerProcess`, a ``memory-sql worker``
+of the README's separate-worker layout, started with a YAML config of the caller's and ready
+once it says so. Used by the wake-up tests, the service tests (``server/service_process.py``)
+and ``benchmarks/bench_queue.py``."""
 
 from __future__ import annotations
 
@@ -10,35 +12,29 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
 STARTUP_SECONDS = 30.0
+P = TypeVar("P", bound="CommandProcess")
 
 
-class WorkerProcess:
-    """``memory-sql worker --config …`` with ``settings`` (MemoryConfig keys) as the config."""
+class CommandProcess:
+    """``memory-sql ARGS`` in a subprocess, stdout and stderr in ``log_path``, with no
+    ``MEMORY_SQL_*`` variable of the caller's (``env`` adds variables)."""
 
-    def __init__(self, folder: Path, settings: dict[str, Any], *, name: str = "worker") -> None:
-        config = folder / f"{name}.yaml"
-        config.write_text(yaml.safe_dump({"memory": settings}), encoding="utf-8")
-        self.log_path = folder / f"{name}.log"
+    def __init__(self, args: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
         environment = {k: v for k, v in os.environ.items() if not k.startswith("MEMORY_SQL_")}
-        environment.update({"COLUMNS": "200", "NO_COLOR": "1"})
-        self._log = self.log_path.open("wb")
+        environment.update(env or {})
+        self.log_path = log_path
+        self._log = log_path.open("wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "memory_sql", "worker", "--config", str(config)],
+            [sys.executable, "-m", "memory_sql", *args],
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env=environment,
         )
-        deadline = time.monotonic() + STARTUP_SECONDS
-        while "worker started" not in self.log:
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"memory-sql worker did not start: {self.log}")
-            time.sleep(0.05)
 
     @property
     def log(self) -> str:
@@ -57,8 +53,27 @@ class WorkerProcess:
         self._log.close()
         return self.process.returncode
 
-    def __enter__(self) -> WorkerProcess:
+    def __enter__(self: P) -> P:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+class WorkerProcess(CommandProcess):
+    """``memory-sql worker --config …`` with ``settings`` (MemoryConfig keys) as the config."""
+
+    def __init__(self, folder: Path, settings: dict[str, Any], *, name: str = "worker") -> None:
+        config = folder / f"{name}.yaml"
+        config.write_text(yaml.safe_dump({"memory": settings}), encoding="utf-8")
+        super().__init__(
+            ["worker", "--config", str(config)],
+            folder / f"{name}.log",
+            {"COLUMNS": "200", "NO_COLOR": "1"},
+        )
+        deadline = time.monotonic() + STARTUP_SECONDS
+        while "worker started" not in self.log:
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"memory-sql worker did not start: {self.log}")
+            time.sleep(0.05)

@@ -47,7 +47,32 @@ RECONNECT_SECONDS = (0.5, 5.0)
 _IDLE_SECONDS = 0.25  # the listener looks at its stop flag this often
 
 
-class NotifyListener:
+class _Watcher:
+    """A daemon thread running ``_run`` until :meth:`stop`."""
+
+    def __init__(self, name: str) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 1.0) -> None:
+        """Stop watching: the thread ends within a quarter of a second."""
+        self._stop.set()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def _call(self, callback: Callable[..., None], *args: Any) -> None:
+        try:
+            callback(*args)
+        except Exception:
+            logger.exception("memory update worker: a queue wake-up failed")
+
+
+class NotifyListener(_Watcher):
     """LISTENs on :data:`CHANNEL` for ``engine``'s PostgreSQL database in a thread of its own;
     calls ``on_due`` with each notified due time and ``on_connected`` after each connection
     (notifications sent before it may have been missed)."""
@@ -58,24 +83,15 @@ class NotifyListener:
         on_due: Callable[[datetime], None],
         on_connected: Callable[[], None],
     ) -> None:
+        super().__init__("memory-sql-listener")
         self._connect_args = _connect_args(engine)
         self._on_due = on_due
         self._on_connected = on_connected
-        self._stop = threading.Event()
         self._outage = OutageLog("memory update worker: queue listener")
-        self._thread = threading.Thread(target=self._run, name="memory-sql-listener", daemon=True)
         self.backend_pid: int | None = None
         """The server process of the current connection (None while not connected)."""
         self.connections = 0
         """How many times the listener has connected (reconnections are the rest)."""
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self, timeout: float = 1.0) -> None:
-        """Stop listening: the thread ends within a quarter of a second."""
-        self._stop.set()
-        self._thread.join(timeout)
 
     def _run(self) -> None:
         import psycopg
@@ -103,34 +119,20 @@ class NotifyListener:
                 break
             delay = min(delay * 2, RECONNECT_SECONDS[1])
 
-    def _call(self, callback: Callable[..., None], *args: Any) -> None:
-        try:
-            callback(*args)
-        except Exception:
-            logger.exception("memory update worker: a queue wake-up failed")
 
-
-class ChangePoller:
+class ChangePoller(_Watcher):
     """Calls ``on_change`` when another connection committed to the SQLite file ``path``,
     looking every ``interval`` seconds from a thread of its own."""
 
     def __init__(
         self, path: Path, on_change: Callable[[], None], *, interval: float = POLL_SECONDS
     ) -> None:
+        super().__init__("memory-sql-poller")
         self.path = path
         self.interval = interval
         self._on_change = on_change
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="memory-sql-poller", daemon=True)
         self.changes = 0
         """How many changes were seen (each one ``on_change`` call)."""
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self, timeout: float = 1.0) -> None:
-        self._stop.set()
-        self._thread.join(timeout)
 
     def _run(self) -> None:
         conn: sqlite3.Connection | None = None
@@ -156,10 +158,7 @@ class ChangePoller:
                     # A first reading looks too: a commit just before it would go unseen.
                     if version != seen:
                         self.changes += seen is not None
-                        try:
-                            self._on_change()
-                        except Exception:
-                            logger.exception("memory update worker: a queue wake-up failed")
+                        self._call(self._on_change)
                     seen = version
                 self._stop.wait(self.interval)
         finally:
