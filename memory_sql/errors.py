@@ -144,10 +144,13 @@ class LLMError(MemorySQLError):
 
 
 class InvalidUpdateError(MemorySQLError, ValueError):
-    """The LLM's reply is not a memory update of the expected shape; ``reason`` says why."""
+    """The LLM's reply is not a memory update of the expected shape; ``reason`` says why, and
+    ``rejected`` counts the parts of it that were refused, by reason (empty when the reply held
+    no JSON object at all)."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, *, rejected: dict[str, int] | None = None) -> None:
         self.reason = reason
+        self.rejected = dict(rejected or {})
         super().__init__(f"invalid memory update from the LLM: {reason}")
 
 
