@@ -35,7 +35,7 @@ its ``rejected`` counting why); a reply that proposes nothing (``{"user": {}, "h
   ``category`` defaults to ``context`` and is lower-cased; ``sourceError`` is an optional
   string (a placeholder there is dropped, not the fact).
 - ``factsToRemove`` (optional) is a list of fact ids, as strings or as ``{"id": …}`` objects.
-- Storable text has a letter or digit, is not longer than its field's limit, and is no
+- NUL characters are removed from every text. Storable text has a letter or digit, is not longer than its field's limit, and is no
   placeholder (:func:`placeholder`): not the prompt's example text, not a template word
   (``"..."``, ``"string"``, ``"fact_id"``), not a ``<slot>``.
 - Scope-gate labels, on each new fact and each section: ``scope`` (``user`` | ``thread`` |
@@ -84,13 +84,13 @@ from .rejections import Rejection, count, describe
 MAX_REPLY_CHARS = 2_000_000
 MAX_JSON_CHARS = 300_000
 MAX_CANDIDATES = 64
-MAX_NEW_FACTS = 50
+MAX_NEW_FACTS = 20
 """Facts one reply may propose (the schema's ``maxItems``); later ones are dropped."""
-MAX_REMOVALS = 200
+MAX_REMOVALS = 50
 """Removals one reply may name (the schema's ``maxItems``); later ones are dropped."""
-MAX_FACT_CHARS = 1_000
-MAX_SUMMARY_CHARS = 2_000
-MAX_SOURCE_ERROR_CHARS = 1_000
+MAX_FACT_CHARS = 400
+MAX_SUMMARY_CHARS = 800
+MAX_SOURCE_ERROR_CHARS = 300
 CONFIDENCE_TOLERANCE = 0.25
 """How far outside [0, 1] a confidence may be and still be read (clamped into the range)."""
 FACT_CATEGORIES = ("preference", "knowledge", "context", "behavior", "goal", "correction")
@@ -169,10 +169,16 @@ def _storable(value: str, *, field: str) -> str:
     if placeholder(stripped):
         raise PydanticCustomError(
             "placeholder",
-            "{field} {text!r} is a placeholder",
+            "{field} '{text}' is a placeholder",
             {"field": field, "text": stripped[:40]},
         )
     return stripped
+
+
+def _no_nul(value: Any) -> Any:
+    """``value`` without NUL characters, which no database stores in text (a model's stray
+    control character, not content)."""
+    return value.replace("\x00", "") if isinstance(value, str) else value
 
 
 def _camel(name: str) -> str:
@@ -221,6 +227,7 @@ class SectionUpdate(_Strict):
     @field_validator("summary", mode="before")
     @classmethod
     def _none_is_empty(cls, value: Any) -> Any:
+        value = _no_nul(value)
         if value is None or (isinstance(value, str) and not value.strip()):
             return ""
         if isinstance(value, str) and placeholder(value):
@@ -276,7 +283,7 @@ class NewFact(_Strict):
     @field_validator("content", mode="before")
     @classmethod
     def _content_before(cls, value: Any) -> Any:
-        # Blank and placeholder content get their own reasons before the pattern's generic one.
+        value = _no_nul(value)
         if isinstance(value, str) and (not value.strip() or placeholder(value)):
             return _storable(value, field="content")
         return value
@@ -313,7 +320,7 @@ class NewFact(_Strict):
             except ValueError:
                 raise PydanticCustomError(
                     "confidence_invalid",
-                    "confidence {text!r} is not a number",
+                    "confidence '{text}' is not a number",
                     {"text": value[:20]},
                 ) from None
         try:
@@ -329,6 +336,11 @@ class NewFact(_Strict):
                 {"value": value},
             )
         return min(max(value, 0.0), 1.0)
+
+    @field_validator("source_error", mode="before")
+    @classmethod
+    def _source_error_before(cls, value: Any) -> Any:
+        return _no_nul(value)
 
     @field_validator("source_error")
     @classmethod
@@ -520,7 +532,7 @@ class _Reading:
             return []
         ids: list[str] = []
         for raw in value:
-            item = _removal_id(raw)
+            item = _no_nul(_removal_id(raw))
             if not isinstance(item, str):
                 self.drop("removal", "malformed", raw, "a fact id is not a string")
                 continue
