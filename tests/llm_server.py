@@ -46,6 +46,7 @@ class ScriptedReply:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
+    finish_reason: str = "stop"
 
 
 class ScriptedLLM:
@@ -82,14 +83,22 @@ class ScriptedLLM:
         prompt_tokens: int | None = None,
         completion_tokens: int | None = None,
         headers: Mapping[str, str] | None = None,
+        finish_reason: str = "stop",
     ) -> None:
         """Queue the answer to one request. ``content`` is the message text for status 200
         (``None`` sends a null content) and the error message otherwise. Token counts default
-        to a rough four characters per token."""
+        to a rough four characters per token; ``finish_reason`` ``length`` says the reply hit
+        ``max_tokens``."""
         with self._lock:
             self._queue.append(
                 ScriptedReply(
-                    content, status, delay, prompt_tokens, completion_tokens, dict(headers or {})
+                    content,
+                    status,
+                    delay,
+                    prompt_tokens,
+                    completion_tokens,
+                    dict(headers or {}),
+                    finish_reason,
                 )
             )
 
@@ -183,7 +192,11 @@ def llm_config(llm: ScriptedLLM, **overrides: Any) -> MemoryConfig:
 
 
 def completion_body(
-    content: str | None, model: str, prompt_tokens: int, completion_tokens: int
+    content: str | None,
+    model: str,
+    prompt_tokens: int,
+    completion_tokens: int,
+    finish_reason: str = "stop",
 ) -> dict[str, Any]:
     """A chat-completions response in the schema the ``openai`` client parses."""
     return {
@@ -196,7 +209,7 @@ def completion_body(
                 "index": 0,
                 "message": {"role": "assistant", "content": content, "refusal": None},
                 "logprobs": None,
-                "finish_reason": "stop",
+                "finish_reason": finish_reason,
             }
         ],
         "usage": {
@@ -255,7 +268,7 @@ def _handler_for(llm: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
             model = body.get("model") if isinstance(body.get("model"), str) else "unknown"
             with llm._lock:
                 llm.usage.append((model, prompt, completion))
-            payload = completion_body(reply.content, model, prompt, completion)
+            payload = completion_body(reply.content, model, prompt, completion, reply.finish_reason)
             self._send(200, payload, reply.headers)
 
         def _send(self, status: int, payload: dict[str, Any], headers: Mapping[str, str]) -> None:

@@ -183,7 +183,7 @@ class LLMClient:
                     try:
                         completion = self._create(client.with_options(max_retries=0), request)
                     except LLMError as exc:
-                        if _rejects_format(exc) or self.max_retries == 0:
+                        if _rejects_format(exc) or not exc.transient or not self.max_retries:
                             raise
                         completion = self._create(client, request)  # with the retries
                 else:
@@ -327,14 +327,19 @@ class LLMClient:
         try:
             response = client.chat.completions.create(messages=[], **options, extra_body=extra)
         except openai.APITimeoutError:
-            raise self._error(f"timed out after {self.timeout_seconds:g} s") from None
+            raise self._error(
+                f"timed out after {self.timeout_seconds:g} s", transient=True
+            ) from None
         except openai.APIConnectionError as exc:
-            raise self._error(f"connection failed ({_root_cause(exc)})") from None
+            raise self._error(f"connection failed ({_root_cause(exc)})", transient=True) from None
         except openai.APIStatusError as exc:
             detail = _error_detail(exc.body) or exc.response.reason_phrase or ""
             hint = " (check llm_api_key)" if exc.status_code in (401, 403) else ""
+            transient = exc.status_code in (408, 409, 429) or exc.status_code >= 500
             raise self._error(
-                f"HTTP {exc.status_code}{hint}: {detail}", status=exc.status_code
+                f"HTTP {exc.status_code}{hint}: {detail}",
+                status=exc.status_code,
+                transient=transient,
             ) from None
         except openai.OpenAIError as exc:
             raise self._error(f"{type(exc).__name__}: {exc}") from None
@@ -367,11 +372,11 @@ class LLMClient:
             )
         return completion
 
-    def _error(self, cause: str, *, status: int | None = None) -> LLMError:
+    def _error(self, cause: str, *, status: int | None = None, transient: bool = False) -> LLMError:
         message = f"LLM call to {self.base_url} (model {self.model}) failed: {cause}"
         if self._api_key:
             message = message.replace(self._api_key, "***")
-        return LLMError(message, endpoint=self.base_url, status=status)
+        return LLMError(message, endpoint=self.base_url, status=status, transient=transient)
 
 
 STRUCTURED_OUTPUT_MODES = ("auto", "json_schema", "json_object", "off")

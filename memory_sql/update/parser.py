@@ -35,9 +35,10 @@ its ``rejected`` counting why); a reply that proposes nothing (``{"user": {}, "h
   ``category`` defaults to ``context`` and is lower-cased; ``sourceError`` is an optional
   string (a placeholder there is dropped, not the fact).
 - ``factsToRemove`` (optional) is a list of fact ids, as strings or as ``{"id": …}`` objects.
-- NUL characters are removed from every text. Storable text has a letter or digit, is not longer than its field's limit, and is no
-  placeholder (:func:`placeholder`): not the prompt's example text, not a template word
-  (``"..."``, ``"string"``, ``"fact_id"``), not a ``<slot>``.
+- NUL characters are removed from every text. Storable text has a letter or digit, is not
+  longer than its field's limit, and is no placeholder (:func:`placeholder`): not the
+  prompt's example text, not a template word (``"..."``, ``"string"``, ``"fact_id"``), not
+  a ``<slot>``.
 - Scope-gate labels, on each new fact and each section: ``scope`` (``user`` | ``thread`` |
   ``project``), ``durability`` (``durable`` | ``temporary``), ``authority`` (``descriptive`` |
   ``transactional``). Each is optional here and read lower-cased; a label that is not a string
