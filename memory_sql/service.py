@@ -549,6 +549,7 @@ class MemoryService:
                     if last and self._completes_in_save
                     else None,
                     context=context if number == 1 else (),
+                    attempt=item.attempts,
                 )
             except LeaseLostError as exc:
                 return RunOutcome(False, str(exc), lease_lost=True)

@@ -211,10 +211,10 @@ def build_report(
     )
     r = llm_rejections_view
     refused = (
-        sa.select(r.c.reason, _int(r.c.calls).label("calls"), _int(r.c.items).label("items"))
+        sa.select(r.c.reason, _int(r.c.calls).label("calls"), _int(r.c["items"]).label("items"))
         .where(where(r), r.c.day >= start, r.c.day <= today)
         .group_by(r.c.reason)
-        .order_by(sa.func.sum(r.c.items).desc(), r.c.reason)
+        .order_by(sa.func.sum(r.c["items"]).desc(), r.c.reason)
     )
 
     with database_errors(engine, "report"), engine.connect() as conn:
