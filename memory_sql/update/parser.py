@@ -32,7 +32,8 @@ its ``rejected`` counting why); a reply that proposes nothing (``{"user": {}, "h
   JSON number, or a string holding one (``"0.9"``); words (``"high"``), booleans, NaN and
   infinities are refused. A confidence outside [0, 1] by at most :data:`CONFIDENCE_TOLERANCE`
   is clamped into it (a model's 1.2 is read as "certain", 1.0); further out it is refused.
-  ``category`` defaults to ``context`` and is lower-cased; ``sourceError`` is an optional
+  ``category`` defaults to ``context`` and is lower-cased, spaces read as ``_``
+  (``"Programming Language"`` is ``programming_language``); ``sourceError`` is an optional
   string (a placeholder there is dropped, not the fact).
 - ``factsToRemove`` (optional) is a list of fact ids, as strings or as ``{"id": …}`` objects.
 - NUL characters are removed from every text. Storable text has a letter or digit, is not
@@ -299,6 +300,8 @@ class NewFact(_Strict):
     def _category(cls, value: Any) -> Any:
         if value is not None and not isinstance(value, str):
             raise PydanticCustomError("category_invalid", "category is not text")
+        if isinstance(value, str):  # "Programming Language" is read as programming_language
+            value = re.sub(r"\s+", "_", value.strip())
         try:
             return clean_category(value)
         except ValueError as exc:
