@@ -58,7 +58,8 @@ class _Replay:
                 reply = replay.replies[min(replay.served, len(replay.replies) - 1)]
                 replay.served += 1
                 text = reply["content"]
-                words = max(1, len(text) // 4)
+                words = reply.get("completion_tokens") or max(1, len(text) // 4)
+                prompt = reply.get("prompt_tokens") or 1500
                 limit = body.get("max_tokens")
                 finish = reply.get("finish_reason", "stop")
                 if limit and words > limit:  # a server stops at max_tokens
@@ -77,9 +78,9 @@ class _Replay:
                             }
                         ],
                         "usage": {
-                            "prompt_tokens": 1500,
+                            "prompt_tokens": prompt,
                             "completion_tokens": words,
-                            "total_tokens": 1500 + words,
+                            "total_tokens": prompt + words,
                         },
                     }
                 ).encode()

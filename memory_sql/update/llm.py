@@ -222,6 +222,12 @@ class LLMClient:
         self.complete(probe, schema=schema, max_tokens=16)
         return self._ladder(schema)[0]
 
+    def response_format_in_use(self, *, with_schema: bool = True) -> str:
+        """The ``response_format`` step a call with (or without) a schema starts at now: the
+        one settled for this endpoint and model, else the first to try (see
+        :meth:`probe_structured_output`)."""
+        return self._ladder({} if with_schema else None)[0]
+
     def _settled(self, with_schema: bool, step: str) -> bool:
         with _SETTLED_LOCK:
             return _SETTLED.get((self.base_url, self.model, with_schema)) == step

@@ -86,7 +86,7 @@ from .rejections import Rejection, count, describe
 MAX_REPLY_CHARS = 2_000_000
 MAX_JSON_CHARS = 300_000
 MAX_CANDIDATES = 64
-MAX_NEW_FACTS = 20
+MAX_NEW_FACTS = 50
 """Facts one reply may propose (the schema's ``maxItems``); later ones are dropped."""
 MAX_REMOVALS = 50
 """Removals one reply may name (the schema's ``maxItems``); later ones are dropped."""

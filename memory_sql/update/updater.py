@@ -492,14 +492,16 @@ class _Run:
             reinforcement=reinforcement,
             context=context,
         )
-        base = self.llm.temperature
+        # The client's own temperature (an LLMClient's, or the one a wrapper holds).
+        base = getattr(getattr(self.llm, "inner", self.llm), "temperature", 0.0)
         warmer = 0
         if self.attempt > 1:  # a queue retry: not the request that already failed
             warmer = self.attempt - 1
         messages = prompt
         tries = 1 + self.config.llm_repair_attempts
         for number in range(1, tries + 1):
-            update, problem = self.ask(messages, _warmer(base, warmer + number - 1))
+            steps = warmer + number - 1
+            update, problem = self.ask(messages, _warmer(base, steps) if steps else None)
             if update is not None:
                 return self.save(memory, update)
             assert problem is not None
@@ -520,10 +522,10 @@ class _Run:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def ask(
-        self, messages: list[dict[str, str]], temperature: float
+        self, messages: list[dict[str, str]], temperature: float | None
     ) -> tuple[MemoryUpdate | None, tuple[str, str, int | None] | None]:
         """One LLM call and its parsed reply, or ``(None, (outcome, error, cut_at))`` when the
-        reply cannot be used; an LLM error fails the run at once (:class:`_Failed`)."""
+        reply cannot be used (outcome ``llm_error`` when the call itself failed)."""
         self.llm_called = True
         self.calls += 1
         self.usage = None
@@ -531,9 +533,10 @@ class _Run:
         self.call_rejected = {}
         started = time.monotonic()
         try:
-            completion = self.llm.complete(
-                messages, schema=update_json_schema(), temperature=temperature
-            )
+            options: dict[str, Any] = {"schema": update_json_schema()}
+            if temperature is not None:  # else the client's own
+                options["temperature"] = temperature
+            completion = self.llm.complete(messages, **options)
         except LLMError as exc:
             self.usage = _Usage(self.llm.model or "", 0, 0, False, _ms_since(started))
             return None, ("llm_error", str(exc), None)
