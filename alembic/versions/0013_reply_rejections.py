@@ -10,24 +10,22 @@
 On PostgreSQL the new table gets the row-level security of revision 0010, and the view reads as
 the querying role (``security_invoker``, from PostgreSQL 15). On SQLite the outcome's CHECK
 changes by copying ``memory_llm_calls`` (batch mode); ``memory_report_llm_usage``, which reads
-it, is dropped around the copy and made again as revision 0007 wrote it. The downgrade records
+it, is dropped around the copy and made again from the SQL it had (whichever revision wrote
+it). The downgrade records
 ``length`` calls as ``invalid_reply``, the closest older outcome.
 
 Revision ID: 0013
-Revises: 0011
+Revises: 0014
 Create Date: 2026-12-02
 """
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0013"
-down_revision = "0011"
+down_revision = "0014"  # while other revisions land: the integrator re-links the chain
 branch_labels = None
 depends_on = None
 
@@ -38,16 +36,6 @@ VIEW = "memory_report_llm_rejections"
 USAGE_VIEW = "memory_report_llm_usage"
 SETTING = "current_setting('memory_sql.tenant_id', true)"
 SECURITY_INVOKER_SINCE = 150000  # server_version_num of PostgreSQL 15
-
-
-def _usage_view_sql(dialect: str) -> str:
-    """Revision 0007's view, from its own script (the one place its SQL is written)."""
-    [path] = Path(__file__).parent.glob("0007_*.py")
-    spec = importlib.util.spec_from_file_location("memory_sql_revision_0007", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return str(module._view(dialect)).strip()
 
 
 def _view(dialect: str) -> str:
@@ -118,12 +106,22 @@ def _set_outcomes(outcomes: tuple[str, ...]) -> None:
             f"CHECK ({_check(outcomes)})"
         )
         return
-    op.execute(f"DROP VIEW IF EXISTS {USAGE_VIEW}")
+    # SQLite: the view that reads the table goes around the copy, kept as it is written.
+    usage_view = (
+        op.get_bind()
+        .exec_driver_sql(
+            "SELECT sql FROM sqlite_master WHERE type = 'view' AND name = ?", (USAGE_VIEW,)
+        )
+        .scalar()
+    )
+    if usage_view is not None:
+        op.execute(f"DROP VIEW {USAGE_VIEW}")
     with op.batch_alter_table(
         "memory_llm_calls", recreate="always", copy_from=_calls_table(outcomes)
     ):
         pass
-    op.execute(f"CREATE VIEW {USAGE_VIEW} AS {_usage_view_sql(dialect)}")
+    if usage_view is not None:
+        op.execute(usage_view)
 
 
 def _invoker_views() -> bool:
@@ -140,9 +138,7 @@ def upgrade() -> None:
         sa.Column("user_id", sa.String(128), nullable=False),
         sa.Column("agent_name", sa.String(64), nullable=False),
         sa.Column("call_id", sa.String(32), nullable=False, comment="the memory_llm_calls row"),
-        sa.Column(
-            "reason", sa.String(32), nullable=False, comment="memory_sql.update.rejections"
-        ),
+        sa.Column("reason", sa.String(32), nullable=False, comment="memory_sql.update.rejections"),
         sa.Column("items", sa.Integer(), nullable=False),
         sa.CheckConstraint("items > 0", name=op.f("ck_memory_llm_rejections_positive")),
         sa.PrimaryKeyConstraint(

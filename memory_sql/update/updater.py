@@ -97,6 +97,8 @@ from .prompt import build_update_prompt, repair_prompt
 from .rejections import Rejection, count, describe
 
 logger = logging.getLogger(__name__)
+_INSERT_CALL = memory_llm_calls.insert()
+"""The usage row of one LLM call (its values bound per call: one compiled statement)."""
 
 MAX_SAVE_ATTEMPTS = 6
 CONFLICT_BACKOFF_SECONDS = 0.05
@@ -661,21 +663,22 @@ class _Run:
         assert usage is not None
         call_id = uuid.uuid4().hex
         connection.execute(
-            memory_llm_calls.insert().values(
-                tenant_id=self.scope.tenant_id,
-                user_id=self.scope.user_id,
-                agent_name=self.scope.agent_name or "",  # "" for unnamed agents, as stored
-                call_id=call_id,
-                thread_id=self.thread_id,
-                model=usage.model[:256],
-                called_at=utcnow(),
-                prompt_tokens=usage.prompt_tokens,
-                completion_tokens=usage.completion_tokens,
-                tokens_counted=usage.counted,
-                latency_ms=usage.latency_ms,
-                outcome=outcome,
-                error=error,
-            )
+            _INSERT_CALL,
+            {
+                "tenant_id": self.scope.tenant_id,
+                "user_id": self.scope.user_id,
+                "agent_name": self.scope.agent_name or "",  # "" for unnamed agents, as stored
+                "call_id": call_id,
+                "thread_id": self.thread_id,
+                "model": usage.model[:256],
+                "called_at": utcnow(),
+                "prompt_tokens": usage.prompt_tokens,
+                "completion_tokens": usage.completion_tokens,
+                "tokens_counted": usage.counted,
+                "latency_ms": usage.latency_ms,
+                "outcome": outcome,
+                "error": error,
+            },
         )
         if self.call_rejected and _keeps_table(self.storage, memory_llm_rejections.name):
             connection.execute(
