@@ -76,7 +76,11 @@ def main() -> None:
                     "response_format": client.response_format_in_use(),
                 }
             )
+            _write(args, recorded)  # after every reply: a slow model's work is kept
         client.close()
+
+
+def _write(args: argparse.Namespace, recorded: list[dict]) -> None:
     args.out.write_text(
         json.dumps(
             {
