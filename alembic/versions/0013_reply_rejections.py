@@ -15,7 +15,7 @@ it). The downgrade records
 ``length`` calls as ``invalid_reply``, the closest older outcome.
 
 Revision ID: 0013
-Revises: 0014
+Revises: 0015
 Create Date: 2026-12-02
 """
 
@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0013"
-down_revision = "0014"  # while other revisions land: the integrator re-links the chain
+down_revision = "0015"  # while other revisions land: the integrator re-links the chain
 branch_labels = None
 depends_on = None
 
