@@ -408,3 +408,20 @@ def test_a_long_flush_is_learned_from_whole_part_by_part(make_service, llm, scop
     assert len(prompts) >= 3
     assert not any("earlier messages omitted" in prompt for prompt in prompts)
     assert facts_of(service, scope["user_id"]) == sorted(f"Likes {t}" for t in things)
+
+
+def test_status_counts_the_reply_parts_refused(make_service, llm, scope):
+    from llm_server import LABELS, update_reply
+
+    reply = update_reply()
+    reply["newFacts"] += [
+        {"content": "...", "confidence": 0.9, **LABELS},
+        {"content": "Likes tea", "confidence": 7, **LABELS},
+    ]
+    llm.reply(json.dumps(reply))
+    service = make_service(debounce_seconds=0)
+    assert service.status()["rejected_items"] == 0 and service.rejections() == {}
+    assert service.after_agent(chat("tea"), thread_id="t1", user_id=scope["user_id"])
+    assert wait_for(lambda: service.status()["rejected_items"] == 2)
+    assert service.rejections() == {"placeholder": 1, "confidence_out_of_range": 1}
+    assert facts_of(service, scope["user_id"], None) == ["Prefers Python"]

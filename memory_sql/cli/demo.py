@@ -25,6 +25,7 @@ from ..models import MemoryDocument
 from ..scope import Scope
 from ..service import MemoryService
 from ..update.prompt import SECTION_KEYS
+from ..update.rejections import describe
 from ._common import ConfigOption, app, command, lit, load_config, out
 from .run import leftover_updates
 from .serve import serve as serve_command
@@ -145,6 +146,13 @@ def demo(
             _feed(service, sample, number, len(conversations), settings)
         first = conversations[0]
         _show(service, first)
+        refused = service.rejections()
+        out.print(
+            "Parts of the model's replies refused (not stored): "
+            + (describe(refused) if refused else "none"),
+            style="yellow" if refused else "dim",
+            highlight=False,
+        )
         scope = Scope.of(user_id=first.user_id, agent_name=first.agent_name)
     out.print(
         f"\nStored in {lit(path)}. Try: memory-sql context --url {lit(url)} --user {scope.user_id}"
@@ -284,6 +292,7 @@ def _feed(
         highlight=False,
     )
     before = service.storage.load(**scope)
+    refused_before = service.rejections()
     if not service.queue_kept(kept, thread_id=sample.thread_id, **scope):
         raise MemorySQLError(f"the sample conversation {sample.id!r} could not be queued")
     timeout = (settings.llm_max_retries + 1) * settings.llm_timeout_seconds + 10
@@ -294,6 +303,17 @@ def _feed(
         raise MemorySQLError(f"the update failed: {left[0]}{hint}")
     after = service.storage.load(**scope)
     _print_changes(before, after)
+    refused = {
+        reason: number - refused_before.get(reason, 0)
+        for reason, number in service.rejections().items()
+        if number > refused_before.get(reason, 0)
+    }
+    if refused:
+        out.print(
+            f"  ! refused from the model's reply: {describe(refused)}",
+            style="yellow",
+            highlight=False,
+        )
 
 
 def _print_changes(before: MemoryDocument, after: MemoryDocument) -> None:

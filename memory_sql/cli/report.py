@@ -174,3 +174,11 @@ def _print_report(data: dict[str, Any]) -> None:
     if not data["llm_usage"]:
         usage.add_row("", "(no calls)", "0", "0", "0", "0", "")
     out.print(usage)
+    if data.get("llm_rejections"):
+        refused = Table(title="Reply parts refused (not stored), by reason", title_justify="left")
+        refused.add_column("reason")
+        refused.add_column("calls", justify="right")
+        refused.add_column("parts", justify="right")
+        for row in data["llm_rejections"]:
+            refused.add_row(row["reason"], str(row["calls"]), str(row["items"]))
+        out.print(refused)

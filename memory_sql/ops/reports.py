@@ -16,7 +16,10 @@ The views are plain SQL over the tables and can be queried directly (see the REA
   p50_latency_ms (the median, computed in the view's SQL the same way on both databases: the
   middle call by latency, or the mean of the two middle ones), and (revision 0014)
   held_over_budget: the tenant's updates held back that day by its daily LLM budget (each
-  hold and re-check; shown on each of the day's model rows).
+  hold and re-check; shown on each of the day's model rows);
+- ``memory_report_llm_rejections`` (revision 0013): tenant_id, day (UTC), model, reason,
+  calls (calls whose reply had parts refused for that reason), items (parts refused): what the
+  memory LLM answered that was not stored, and why (:mod:`memory_sql.update.rejections`).
 """
 
 from __future__ import annotations
@@ -97,6 +100,17 @@ llm_usage_view = sa.Table(
     sa.Column("held_over_budget", sa.Integer),
 )
 
+llm_rejections_view = sa.Table(
+    "memory_report_llm_rejections",
+    _views,
+    sa.Column("tenant_id", sa.String),
+    sa.Column("day", sa.Date),
+    sa.Column("model", sa.String),
+    sa.Column("reason", sa.String),
+    sa.Column("calls", sa.Integer),
+    sa.Column("items", sa.Integer),
+)
+
 BUCKETS = tuple(f"0.{i}-0.{i + 1}" for i in range(9)) + ("0.9-1.0",)
 
 
@@ -125,8 +139,10 @@ def build_report(
       LLM's calls, prompt and completion tokens, failures and median latency (ms); only days
       with calls. Across tenants (no ``tenant_id``) the median is the one of the tenant with
       the most calls that day, as medians do not add up;
-    - ``totals``: facts, memories, pending and failed updates, LLM calls and tokens (over
-      ``days``).
+    - ``llm_rejections``: per reason over the last ``days``, most parts first, the calls whose
+      reply had parts refused for it and the parts refused;
+    - ``totals``: facts, memories, pending and failed updates, LLM calls and tokens, reply
+      parts refused (over ``days``).
 
     Raises:
         InvalidScopeError: ``tenant_id`` is malformed.
@@ -196,6 +212,13 @@ def build_report(
         .where(where(u), u.c.day >= start, u.c.day <= today)
         .order_by(u.c.day.desc(), u.c.model, u.c.calls.desc(), u.c.tenant_id)
     )
+    r = llm_rejections_view
+    refused = (
+        sa.select(r.c.reason, _int(r.c.calls).label("calls"), _int(r.c["items"]).label("items"))
+        .where(where(r), r.c.day >= start, r.c.day <= today)
+        .group_by(r.c.reason)
+        .order_by(sa.func.sum(r.c["items"]).desc(), r.c.reason)
+    )
 
     with database_errors(engine, "report"), engine.connect() as conn:
         category_rows = conn.execute(categories).all()
@@ -205,6 +228,7 @@ def build_report(
         memory_count = conn.execute(memories).scalar_one()
         queue_rows = conn.execute(queue).all()
         usage_rows = conn.execute(usage).all()
+        refused_rows = conn.execute(refused).all()
 
     report_categories = [
         {
@@ -248,6 +272,7 @@ def build_report(
             "llm_calls": sum(row["calls"] for row in report_usage),
             "prompt_tokens": sum(row["prompt_tokens"] for row in report_usage),
             "completion_tokens": sum(row["completion_tokens"] for row in report_usage),
+            "rejected_items": sum(row.items for row in refused_rows),
             "held_over_budget": _held(usage_rows),
         },
         "categories": report_categories,
@@ -267,6 +292,9 @@ def build_report(
         ],
         "queue": report_queue,
         "llm_usage": report_usage,
+        "llm_rejections": [
+            {"reason": row.reason, "calls": row.calls, "items": row.items} for row in refused_rows
+        ],
     }
 
 
