@@ -588,7 +588,7 @@ def _metrics() -> Any:
     except ImportError as exc:
         raise ConfigError(
             f"--metrics-port needs the server extra ({exc.name} is missing): "
-            "pip install 'memory-sql[server]'"
+            "from the clone, pip install -e '.[server]' (or make demo)"
         ) from None
     return Metrics()
 

@@ -60,7 +60,7 @@ def serve(
     except ImportError as exc:
         raise ConfigError(
             f"the HTTP service needs the server extra ({exc.name} is missing): "
-            "pip install 'memory-sql[server]'"
+            "from the clone, pip install -e '.[server]' (or make demo)"
         ) from None
     settings = load_config(config, url)
     ServerState.check(settings)  # a database that is not ready: one line, exit 1
