@@ -37,6 +37,21 @@ EveryTenantOption = Annotated[
     str | None,
     typer.Option("--tenant", help="Only this tenant (default: every tenant).", show_default=False),
 ]
+EveryAgentOption = Annotated[
+    str | None,
+    typer.Option(
+        "--agent",
+        help="Only this agent's ('-': the unnamed agents'; default: every agent).",
+        show_default=False,
+    ),
+]
+
+
+def listed_agent(agent: str | None) -> str | None:
+    """``--agent`` of a listing as the library takes it: ``-`` (the unnamed agents') is ``""``."""
+    return "" if agent == "-" else agent
+
+
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 

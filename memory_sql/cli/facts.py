@@ -13,10 +13,12 @@ from ..scope import Scope
 from ._common import ConfigOption, UrlOption, app, command, group, lit, out, plural
 from ._data import (
     AgentOption,
+    EveryAgentOption,
     EveryTenantOption,
     JsonOption,
     TenantOption,
     UserOption,
+    listed_agent,
     note_other_tenants,
     print_json,
     sql_storage,
@@ -132,13 +134,7 @@ def facts_search(
         float | None, typer.Option("--min-confidence", help="Only facts at least this sure.")
     ] = None,
     user: Annotated[str | None, typer.Option("--user", help="Only this user's facts.")] = None,
-    agent: Annotated[
-        str | None,
-        typer.Option(
-            "--agent",
-            help="Only this agent's memories ('-': the unnamed agents'; default: every agent).",
-        ),
-    ] = None,
+    agent: EveryAgentOption = None,
     tenant: EveryTenantOption = None,
     limit: Annotated[int, typer.Option("--limit", help="At most this many facts.")] = 50,
     as_json: JsonOption = False,
@@ -161,7 +157,7 @@ def facts_search(
             min_confidence=min_confidence,
             tenant_id=tenant,
             user_id=user,
-            agent_name="" if agent == "-" else agent,
+            agent_name=listed_agent(agent),
             limit=limit,
         )
     if as_json:

@@ -23,7 +23,7 @@ from ._common import (
     out,
     plural,
 )
-from ._data import EveryTenantOption, JsonOption, print_json
+from ._data import EveryAgentOption, EveryTenantOption, JsonOption, listed_agent, print_json
 from .run import stderr_logging
 
 queue_app = group(help=f"List, retry and drop queued memory updates (KEY: {lit(KEY_SYNTAX)}).")
@@ -48,13 +48,7 @@ def queue_list(
         bool, typer.Option("--failed", help="Only updates given up after max_attempts.")
     ] = False,
     user: Annotated[str | None, typer.Option("--user", help="Only this user's updates.")] = None,
-    agent: Annotated[
-        str | None,
-        typer.Option(
-            "--agent",
-            help="Only this agent's updates ('-': the unnamed agents'; default: every agent).",
-        ),
-    ] = None,
+    agent: EveryAgentOption = None,
     tenant: EveryTenantOption = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many.")] = 50,
     as_json: JsonOption = False,
@@ -75,7 +69,7 @@ def queue_list(
             failed_only=failed,
             tenant_id=tenant,
             user_id=user,
-            agent_name="" if agent == "-" else agent,
+            agent_name=listed_agent(agent),
             limit=limit,
         )
         counts = service.queue.counts()
