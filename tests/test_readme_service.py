@@ -77,7 +77,7 @@ def pattern(shown: str) -> re.Pattern[str]:
 def test_the_http_walkthrough_runs_as_written(tmp_path):
     blocks = console_blocks()
     (start,) = [b for b in blocks if "memory-sql serve --url" in b and "curl" not in b]
-    (session,) = [b for b in blocks if "curl" in b and "docker" not in b]
+    (session,) = [b for b in blocks if b.startswith("$ KEY=$(memory-sql keys create")]
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "MEMORY_SQL_"))}
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
