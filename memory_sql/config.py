@@ -15,7 +15,7 @@ Environment variables are read only by :meth:`~MemoryConfig.from_yaml` and
 unknown key is an error wherever it comes from: in YAML, in ``MemoryConfig(...)``, and as a
 ``MEMORY_SQL_<KEY>`` variable (a misspelt variable would otherwise silently do nothing), with a
 did-you-mean hint. Aliases count as keys (``MEMORY_SQL_DATABASE_URL`` sets ``storage``). Only
-``MEMORY_SQL_CONFIG`` (the path of the config file, for the host to read) and
+``MEMORY_SQL_CONFIG`` (the path of the config file: the CLI's ``--config``) and
 ``MEMORY_SQL_TEST_*`` (test settings) are not config keys, and are left alone. Every invalid
 value raises :class:`~memory_sql.errors.ConfigError` naming the key, where it came from and
 what is allowed.

@@ -9,7 +9,7 @@ import typer
 from .. import migrations
 from ..database import create_engine, redacted
 from ..errors import MemorySQLError
-from ._common import UrlOption, app, command, database_url, group, lit, out
+from ._common import ConfigOption, UrlOption, app, command, group, lit, out, sql_database
 
 db_app = group(help="Create and check the database schema (Alembic).")
 app.add_typer(db_app, name="db")
@@ -35,13 +35,14 @@ def db_upgrade(
             "language before they reach it).",
         ),
     ] = None,
+    config: ConfigOption = None,
 ) -> None:
     """Create or migrate the schema up to REVISION (default: the newest).
 
     Example:
         memory-sql db upgrade --url postgresql+psycopg://postgres@127.0.0.1/memory
     """
-    engine = create_engine(database_url(url, create=True), statement_timeout=None)
+    engine = create_engine(sql_database(config, url, create=True), statement_timeout=None)
     try:
         before = migrations.current_revision(engine)
         migrations.upgrade(engine, revision, text_search_config=text_search_config)
@@ -60,13 +61,13 @@ def db_upgrade(
 
 
 @command(db_app, "current")
-def db_current(url: UrlOption = None) -> None:
+def db_current(url: UrlOption = None, config: ConfigOption = None) -> None:
     """Print the database's schema revision and the newest one this version knows.
 
     Example:
         memory-sql db current --url sqlite:///memory_sql.db
     """
-    engine = create_engine(database_url(url, create=False), statement_timeout=None)
+    engine = create_engine(sql_database(config, url, create=False), statement_timeout=None)
     try:
         current = migrations.current_revision(engine)
     finally:
@@ -81,13 +82,13 @@ def db_current(url: UrlOption = None) -> None:
 
 
 @command(db_app, "check")
-def db_check(url: UrlOption = None) -> None:
+def db_check(url: UrlOption = None, config: ConfigOption = None) -> None:
     """Exit 0 if the database is at head and its tables match the models, else 1.
 
     Example:
         memory-sql db check --url postgresql+psycopg://postgres@127.0.0.1/memory
     """
-    engine = create_engine(database_url(url, create=False), statement_timeout=None)
+    engine = create_engine(sql_database(config, url, create=False), statement_timeout=None)
     try:
         migrations.ensure_at_head(engine)
         drift = migrations.check(engine)
@@ -111,6 +112,7 @@ def db_grant(
         bool, typer.Option("--apply", help="Run the statements (else print them).")
     ] = False,
     url: UrlOption = None,
+    config: ConfigOption = None,
 ) -> None:
     """Print (or --apply) the privileges the HTTP service's role needs on PostgreSQL.
 
@@ -122,7 +124,7 @@ def db_grant(
     """
     from ..server.grants import apply_grants, grant_statements
 
-    engine = create_engine(database_url(url, create=False), statement_timeout=None)
+    engine = create_engine(sql_database(config, url, create=False), statement_timeout=None)
     try:
         migrations.ensure_at_head(engine)
         statements = apply_grants(engine, role) if apply else grant_statements(engine, role)

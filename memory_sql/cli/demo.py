@@ -5,6 +5,9 @@ posts the sample conversations with curl."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import sys
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Annotated
@@ -155,11 +158,28 @@ def demo(
         )
         scope = Scope.of(user_id=first.user_id, agent_name=first.agent_name)
     out.print(
-        f"\nStored in {lit(path)}. Try: memory-sql context --url {lit(url)} --user {scope.user_id}"
-        + (f" --agent {scope.agent_name}" if scope.agent_name else ""),
+        f"\nStored in {lit(path)}. Try: {lit(runnable_command())} context --url {lit(url)} "
+        f"--user {scope.user_id}" + (f" --agent {scope.agent_name}" if scope.agent_name else ""),
         highlight=False,
         soft_wrap=True,
     )
+
+
+def runnable_command() -> str:
+    """How to run ``memory-sql`` from here: ``memory-sql`` when that name on ``PATH`` is this
+    installation's, else the script beside this Python (``.venv/bin/memory-sql`` after
+    ``make demo``, relative to the working directory when inside it), else ``python -m
+    memory_sql``."""
+    script = Path(sys.executable).parent / ("memory-sql.exe" if os.name == "nt" else "memory-sql")
+    on_path = shutil.which("memory-sql")
+    if not script.exists():
+        return "memory-sql" if on_path else f"{sys.executable} -m memory_sql"
+    if on_path and Path(on_path).resolve() == script.resolve():
+        return "memory-sql"
+    try:
+        return str(script.absolute().relative_to(Path.cwd()))
+    except ValueError:
+        return str(script)
 
 
 def _serve(path: Path, settings: MemoryConfig, *, host: str, port: int, with_worker: bool) -> None:
@@ -196,7 +216,8 @@ def _serve(path: Path, settings: MemoryConfig, *, host: str, port: int, with_wor
     lines = [
         "",
         f"API key of the tenant {DEMO_TENANT!r} (role write): {secret}",
-        f"The service's config: {config} (a separate worker: memory-sql worker --config {config})",
+        f"The service's config: {config} (a separate worker: {runnable_command()} worker "
+        f"--config {config})",
         "",
         "In another terminal, post the sample conversations one by one and watch the memory:",
         "",
