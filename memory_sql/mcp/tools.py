@@ -421,18 +421,15 @@ def describe(exc: BaseException) -> str:
     """A tool's error text for ``exc``: ``<code>: <what is wrong>``, never the database's own
     message (logged instead)."""
     message = " ".join(str(exc).split())
-    if isinstance(exc, ServiceError):
-        text = f"{exc.code}: {exc.message}"
-        if isinstance(exc, VersionConflictError):
-            text += "; read the memory again (get_memory) and retry with its version"
-        return text
-    if isinstance(exc, ApiError):
-        return f"{exc.code}: {exc.message}"
-    if isinstance(exc, VersionConflictError):
+    if isinstance(exc, VersionConflictError):  # a 412 of the service too: the same advice
         return (
             f"version_conflict: {message}; read the memory again (get_memory) and retry with "
             "its version"
         )
+    if isinstance(exc, ServiceError):
+        return f"{exc.code}: {exc.message}"
+    if isinstance(exc, ApiError):
+        return f"{exc.code}: {exc.message}"
     if isinstance(exc, DuplicateFactError):
         return f"duplicate_fact: {message}"
     if isinstance(exc, FactNotFoundError):
