@@ -12,6 +12,7 @@ from urllib.parse import quote
 import httpx
 
 from ..models import MemoryDocument
+from ..scope import Scope
 from .errors import ServiceError, error_for
 from .results import (
     Context,
@@ -95,7 +96,9 @@ def _model(cls: Any) -> Callable[[httpx.Response], Any]:
 
 
 def _user(user_id: str) -> str:
-    return "/v1/users/" + quote(str(user_id), safe="")
+    """The path of a user; a malformed id raises :class:`~memory_sql.InvalidScopeError` here,
+    as the library would, without a request."""
+    return "/v1/users/" + quote(Scope.of(user_id=user_id).user_id, safe="")
 
 
 def _if_match(version: int | str | None) -> dict[str, str]:

@@ -16,7 +16,7 @@ import httpx
 import yaml
 from pg_cluster import free_port
 
-STARTUP_SECONDS = 30.0
+STARTUP_SECONDS = 60.0  # a loaded 2-core machine: the service imports FastAPI and the MCP SDK
 
 
 class ServiceProcess:
