@@ -40,6 +40,8 @@ def install(app: FastAPI) -> None:
             swagger_js_url=f"{root}{ASSETS}/swagger-ui-bundle.js",
             swagger_css_url=f"{root}{ASSETS}/swagger-ui.css",
             swagger_favicon_url=f"{root}{ASSETS}/favicon.png",
+            # no badge that sends the API's description to the public validator
+            swagger_ui_parameters={"validatorUrl": None},
         )
 
     @app.get(OAUTH2_REDIRECT, include_in_schema=False)
