@@ -14,7 +14,9 @@ The views are plain SQL over the tables and can be queried directly (see the REA
 - ``memory_report_llm_usage`` (revision 0007): tenant_id, day (UTC), model, calls,
   prompt_tokens, completion_tokens, failures (calls whose update did not end ``ok``),
   p50_latency_ms (the median, computed in the view's SQL the same way on both databases: the
-  middle call by latency, or the mean of the two middle ones).
+  middle call by latency, or the mean of the two middle ones), and (revision 0014)
+  held_over_budget: the tenant's updates held back that day by its daily LLM budget (each
+  hold and re-check; shown on each of the day's model rows).
 """
 
 from __future__ import annotations
@@ -92,6 +94,7 @@ llm_usage_view = sa.Table(
     sa.Column("completion_tokens", sa.Integer),
     sa.Column("failures", sa.Integer),
     sa.Column("p50_latency_ms", sa.Float),
+    sa.Column("held_over_budget", sa.Integer),
 )
 
 BUCKETS = tuple(f"0.{i}-0.{i + 1}" for i in range(9)) + ("0.9-1.0",)
@@ -245,6 +248,7 @@ def build_report(
             "llm_calls": sum(row["calls"] for row in report_usage),
             "prompt_tokens": sum(row["prompt_tokens"] for row in report_usage),
             "completion_tokens": sum(row["completion_tokens"] for row in report_usage),
+            "held_over_budget": _held(usage_rows),
         },
         "categories": report_categories,
         "confidence": [{"bucket": name, "facts": bucket_rows.get(name, 0)} for name in BUCKETS],
@@ -266,6 +270,13 @@ def build_report(
     }
 
 
+def _held(rows: Any) -> int:
+    """The updates held by the LLM budget: each tenant's day once (the view repeats it on the
+    rows of each model called that day)."""
+    days = {(row.tenant_id, str(row.day)): int(row.held_over_budget or 0) for row in rows}
+    return sum(days.values())
+
+
 def _usage(rows: Any) -> list[dict[str, Any]]:
     """The view's rows summed per (day, model); rows arrive busiest tenant first."""
     merged: dict[tuple[Any, str], dict[str, Any]] = {}
@@ -283,8 +294,10 @@ def _usage(rows: Any) -> list[dict[str, Any]]:
                 "p50_latency_ms": float(row.p50_latency_ms)
                 if row.p50_latency_ms is not None
                 else None,
+                "held_over_budget": int(row.held_over_budget or 0),
             }
             continue
+        entry["held_over_budget"] += int(row.held_over_budget or 0)
         entry["calls"] += int(row.calls)
         entry["prompt_tokens"] += int(row.prompt_tokens or 0)
         entry["completion_tokens"] += int(row.completion_tokens or 0)
