@@ -19,8 +19,9 @@ from starlette.routing import Route
 from ..config import MemoryConfig
 from ..mcp.http import PATH as MCP_PATH
 from ..mcp.http import McpEndpoint
-from . import docs, errors
+from . import console, docs, errors
 from .metrics import Metrics
+from .request_log import RequestLog
 from .requests import RequestMiddleware
 from .routes import conversations, facts, memory, operations, queue, reports
 from .state import ServerState
@@ -58,13 +59,16 @@ def create_app(config: MemoryConfig | None = None, *, with_worker: bool = True) 
     )
     errors.install(app)
     docs.install(app)
+    app.state.request_log = RequestLog()
     app.add_middleware(
         RequestMiddleware,
         max_body_bytes=config.server_max_body_bytes,
         metrics=metrics,
         body_timeout=config.server_body_timeout_seconds,
+        request_log=app.state.request_log,
     )
     for module in (operations, conversations, memory, facts, queue, reports):
         app.include_router(module.router)
     app.router.routes.append(Route(MCP_PATH, mcp, methods=["GET", "POST", "DELETE"]))
+    console.install(app)
     return app
