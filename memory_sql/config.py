@@ -15,8 +15,10 @@ Environment variables are read only by :meth:`~MemoryConfig.from_yaml` and
 unknown key is an error wherever it comes from: in YAML, in ``MemoryConfig(...)``, and as a
 ``MEMORY_SQL_<KEY>`` variable (a misspelt variable would otherwise silently do nothing), with a
 did-you-mean hint. Aliases count as keys (``MEMORY_SQL_DATABASE_URL`` sets ``storage``). Only
-``MEMORY_SQL_CONFIG`` (the path of the config file: the CLI's ``--config``) and
-``MEMORY_SQL_TEST_*`` (test settings) are not config keys, and are left alone. Every invalid
+``MEMORY_SQL_CONFIG`` (the path of the config file: the CLI's ``--config``),
+``MEMORY_SQL_TEST_*`` (test settings), and the settings of the HTTP client and of ``memory-sql
+mcp`` (``MEMORY_SQL_SERVICE_URL``, ``MEMORY_SQL_API_KEY``, ``MEMORY_SQL_MCP_*``) are not
+config keys, and are left alone. Every invalid
 value raises :class:`~memory_sql.errors.ConfigError` naming the key, where it came from and
 what is allowed.
 The API key is a ``SecretStr``, and the storage and LLM URLs are shown through
@@ -52,7 +54,7 @@ from .models import CATEGORY_PATTERN
 from .pattern_files import load_patterns
 
 ENV_PREFIX = "MEMORY_SQL_"
-_ENV_IGNORED = re.compile(r"MEMORY_SQL_(?:CONFIG|TEST_\w*)")
+_ENV_IGNORED = re.compile(r"MEMORY_SQL_(?:CONFIG|TEST_\w*|SERVICE_URL|API_KEY|MCP_\w*)")
 ALIASES = {
     "database_url": "storage",
     "max_injection_tokens": "injected_memory_max_tokens",

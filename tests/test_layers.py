@@ -40,7 +40,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("recall", {"recall"}),
     ("ops", {"ops"}),
     ("service", {"service"}),
-    ("skins", {"server", "integrations", "cli", "demo", "__main__"}),
+    ("skins", {"server", "integrations", "cli", "demo", "mcp", "client", "__main__"}),
 ]
 CORE = {name for layer, names in LAYERS if layer != "skins" for name in names}
 SKINS = dict(LAYERS)["skins"]

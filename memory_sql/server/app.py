@@ -1,7 +1,8 @@
 """The FastAPI application: ``create_app(config)``, served by ``memory-sql serve``.
 
 Routes are plain ``def`` functions (but the import, which awaits its body first): FastAPI runs
-them in its thread pool, as the library is synchronous. The
+them in its thread pool, as the library is synchronous. ``/mcp`` serves the MCP
+server (:mod:`memory_sql.mcp.http`) with the same keys. The
 :class:`~memory_sql.server.state.ServerState` is built when the application starts (so
 building the app touches no database) and closed when it stops.
 """
@@ -13,9 +14,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from starlette.routing import Route
 
 from ..config import MemoryConfig
-from . import console, errors
+from ..mcp.http import PATH as MCP_PATH
+from ..mcp.http import McpEndpoint
+from . import console, docs, errors
 from .metrics import Metrics
 from .request_log import RequestLog
 from .requests import RequestMiddleware
@@ -33,12 +37,15 @@ def create_app(config: MemoryConfig | None = None, *, with_worker: bool = True) 
     config = config if config is not None else MemoryConfig.from_env()
     metrics = Metrics()
 
+    mcp = McpEndpoint(lambda: app.state.memory)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.memory = ServerState.open(config, metrics, with_worker=with_worker)
         logger.info("memory_sql service ready (worker %s)", "on" if with_worker else "off")
         try:
-            yield
+            async with mcp.running():
+                yield
         finally:
             app.state.memory.close()
 
@@ -47,8 +54,11 @@ def create_app(config: MemoryConfig | None = None, *, with_worker: bool = True) 
         version=API_VERSION,
         summary="Long-term memory for LLM agents, per tenant, on PostgreSQL or SQLite.",
         lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
     )
     errors.install(app)
+    docs.install(app)
     app.state.request_log = RequestLog()
     app.add_middleware(
         RequestMiddleware,
@@ -59,5 +69,6 @@ def create_app(config: MemoryConfig | None = None, *, with_worker: bool = True) 
     )
     for module in (operations, conversations, memory, facts, queue, reports):
         app.include_router(module.router)
+    app.router.routes.append(Route(MCP_PATH, mcp, methods=["GET", "POST", "DELETE"]))
     console.install(app)
     return app

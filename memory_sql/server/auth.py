@@ -21,7 +21,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from ..scope import Scope
 from ..tenancy import acting_for
 from .errors import ApiError
-from .keys import ApiKey
+from .keys import ApiKey, KeyChecker
 
 logger = logging.getLogger("memory_sql.server.auth")
 
@@ -62,9 +62,17 @@ def _authenticate(
     ] = None,
 ) -> Caller:
     token = credentials.credentials.strip() if credentials is not None else ""
+    return identify(request, request.app.state.memory.keys, token, named)
+
+
+def identify(request: Request, keys: KeyChecker, token: str, named: str | None) -> Caller:
+    """The :class:`Caller` of a request that sent the key ``token`` (``""``: none) and named
+    the tenant ``named`` (the ``X-Memory-Tenant`` header); raises :class:`ApiError` (401,
+    400, 403) as described above. Every surface of the service (the routes, ``/mcp``)
+    authenticates here."""
     if not token:
         raise _unauthorized("missing API key: send Authorization: Bearer <key>")
-    key = request.app.state.memory.keys.check(token)
+    key = keys.check(token)
     if key is None:
         raise _unauthorized("invalid or revoked API key")
     request.state.key_id = key.key_id

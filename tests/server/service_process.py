@@ -13,7 +13,7 @@ import yaml
 from pg_cluster import free_port
 from worker_process import CommandProcess
 
-STARTUP_SECONDS = 30.0
+STARTUP_SECONDS = 60.0  # a loaded 2-core machine: the service imports FastAPI and the MCP SDK
 
 
 class ServiceProcess(CommandProcess):

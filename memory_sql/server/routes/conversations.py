@@ -8,11 +8,13 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from ...config import MemoryConfig
 from ...errors import MemorySQLError
-from ...intake.messages import normalize_messages
+from ...intake.messages import Message, normalize_messages
+from ...service import MemoryService
 from ..auth import Writer
 from ..errors import ApiError, error_responses
-from ..state import ServerState, State
+from ..state import State
 
 router = APIRouter(
     prefix="/v1", tags=["conversations"], responses=error_responses(400, 403, 413, 415)
@@ -43,15 +45,67 @@ class Conversation(BaseModel):
     responses={200: {"description": "Nothing to learn from (no user and assistant turn)"}},
 )
 def queue_conversation(body: Conversation, caller: Writer, state: State) -> Any:
-    limits = state.config
-    if len(body.messages) > limits.server_max_messages:
+    messages = checked_messages(body.messages, state.config)
+    with caller.acting():
+        answer = queue_checked(
+            state.service,
+            messages,
+            thread_id=body.thread_id,
+            user_id=body.user_id,
+            agent_name=body.agent_name,
+            tenant_id=caller.tenant_id,
+            immediate=body.immediate,
+        )
+    return answer if answer["queued"] else JSONResponse(answer, status_code=200)
+
+
+def queue_checked(
+    service: MemoryService,
+    messages: list[Message],
+    *,
+    thread_id: str,
+    user_id: str,
+    agent_name: str | None,
+    tenant_id: str,
+    immediate: bool,
+) -> dict[str, Any]:
+    """Queue checked messages (:func:`checked_messages`); the answer says whether they were
+    queued (else ``reason``), when they are ``due``, and the tenant's LLM ``budget`` when it
+    holds them back. Raises what :meth:`MemoryService.queue_conversation` raises."""
+    queued = service.queue_conversation(
+        messages,
+        thread_id=thread_id,
+        user_id=user_id,
+        agent_name=agent_name,
+        tenant_id=tenant_id,
+        immediate=immediate,
+    )
+    if not queued:
+        reason = (
+            "memory is off (enabled: false)"
+            if not service.config.enabled
+            else "no user and assistant turn to learn from"
+        )
+        return {"queued": False, "reason": reason}
+    answer: dict[str, Any] = {"queued": True, "due": "now" if immediate else "after the debounce"}
+    over = _over_budget(service, tenant_id)
+    if over is not None:
+        answer["due"] = "when the tenant's LLM budget allows"
+        answer["budget"] = over
+    return answer
+
+
+def checked_messages(raw: list[dict[str, Any]], limits: MemoryConfig) -> list[Message]:
+    """``raw`` messages normalised, within the service's limits (``server_max_messages``,
+    ``server_max_message_chars``: else 413 naming the limit) and without NUL bytes (400)."""
+    if len(raw) > limits.server_max_messages:
         raise ApiError(
             413,
             "too_large",
-            f"the conversation has {len(body.messages)} messages, over server_max_messages "
+            f"the conversation has {len(raw)} messages, over server_max_messages "
             f"({limits.server_max_messages})",
         )
-    messages = normalize_messages(body.messages)
+    messages = normalize_messages(raw)
     for index, message in enumerate(messages):
         if len(message.text) > limits.server_max_message_chars:
             raise ApiError(
@@ -62,37 +116,12 @@ def queue_conversation(body: Conversation, caller: Writer, state: State) -> Any:
             )
         if "\x00" in message.text:
             raise ApiError(400, "invalid_request", f"messages[{index}]: text contains a NUL byte")
-    with caller.acting():
-        queued = state.service.queue_conversation(
-            messages,
-            thread_id=body.thread_id,
-            user_id=body.user_id,
-            agent_name=body.agent_name,
-            tenant_id=caller.tenant_id,
-            immediate=body.immediate,
-        )
-    if not queued:
-        reason = (
-            "memory is off (enabled: false)"
-            if not limits.enabled
-            else "no user and assistant turn to learn from"
-        )
-        return JSONResponse({"queued": False, "reason": reason}, status_code=200)
-    answer: dict[str, Any] = {
-        "queued": True,
-        "due": "now" if body.immediate else "after the debounce",
-    }
-    with caller.acting():
-        over = _over_budget(state, caller.tenant_id)
-    if over is not None:
-        answer["due"] = "when the tenant's LLM budget allows"
-        answer["budget"] = over
-    return answer
+    return messages
 
 
-def _over_budget(state: ServerState, tenant_id: str) -> str | None:
+def _over_budget(service: MemoryService, tenant_id: str) -> str | None:
     """Why the tenant's updates wait (its daily LLM budget used up), or None."""
     try:
-        return state.service.budget.over(tenant_id)
+        return service.budget.over(tenant_id)
     except MemorySQLError:  # the database is away: the conversation is kept all the same
         return None

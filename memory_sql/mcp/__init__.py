@@ -1,0 +1,4 @@
+"""The MCP server of memory_sql (a skin): tools and resources over the official ``mcp`` SDK,
+served at ``/mcp`` of ``memory-sql serve`` (:mod:`.http`) and over stdio by ``memory-sql mcp``
+(:mod:`.stdio`). The tools are defined once (:mod:`.tools`) over a memory in this process
+or behind a service (:mod:`.backends`)."""
