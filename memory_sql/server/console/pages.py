@@ -424,7 +424,7 @@ def fact_history(console: SignedIn, user_id: str, fact_id: str, agent: str = "")
         agent=scope.agent_name,
         fact_id=fact_id,
         current=current,
-        events=events,
+        events=events[::-1],  # the change log reads oldest first; the page shows the newest first
         texts=texts,
         extra=extra,
     )
