@@ -2,8 +2,11 @@
 added, updated or removed): a fact's history and a memory's change log, newest first, paged by
 a cursor.
 
-Events keep a fact's category and confidence at each change, not its text: the text of a
-removed fact is gone with it (forgetting means forgetting). Events are ordered by version
+Events keep a fact's category and confidence at each change and, since revision 0012, its
+text before and after (``content_before``: updated and removed; ``content_after``: added and
+updated) and, for a removed fact, the fact that took its place (``superseded_by``); events
+written before that revision have no text (``None``). Forgetting a memory deletes its events
+with it. Events are ordered by version
 (newest first), then fact id; a page ends with the cursor of its last event
 (``"<version>:<fact id>"``), which the next page starts after.
 """
@@ -28,6 +31,9 @@ _COLUMNS = (
     events.c.category,
     events.c.confidence,
     events.c.occurred_at,
+    events.c.content_before,
+    events.c.content_after,
+    events.c.superseded_by,
 )
 
 
@@ -41,7 +47,8 @@ def change_log(
 ) -> tuple[list[dict[str, Any]], str | None]:
     """The events of ``scope``'s memory (only of ``fact_id`` if given), newest first: each
     ``version``, ``fact_id``, ``event`` (added, updated, removed), ``category``,
-    ``confidence`` and ``occurred_at``; at most ``limit``, those after the cursor ``after``.
+    ``confidence``, ``occurred_at``, ``content_before``, ``content_after`` and
+    ``superseded_by``; at most ``limit``, those after the cursor ``after``.
     Returns them and the cursor of the next page (None: this was the last).
 
     Raises:
@@ -82,6 +89,9 @@ def change_log(
             "category": row.category,
             "confidence": row.confidence,
             "occurred_at": format_timestamp(row.occurred_at),
+            "content_before": row.content_before,
+            "content_after": row.content_after,
+            "superseded_by": row.superseded_by,
         }
         for row in rows[:limit]
     ]

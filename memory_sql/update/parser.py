@@ -28,6 +28,11 @@ was):
   (``"high"``), booleans, NaN and infinities are refused. ``category`` defaults to ``context``
   and is lower-cased; ``sourceError`` is an optional string.
 - ``factsToRemove`` (optional) is a list of fact ids, as strings or as ``{"id": …}`` objects.
+- Aging (:mod:`memory_sql.update.review`, all optional): ``expectedValidDays`` and ``replaces``
+  (ids of the facts a new fact corrects) on a new fact, ``factsToReinforce`` (ids),
+  ``staleFactsToRemove`` (``{id, reason}``), ``staleFactsToExtend`` (``{id, extend_by_days,
+  reason}``) and ``factsToConsolidate`` (``{sourceIds, consolidated: {content, category,
+  confidence}}``).
 - Scope-gate labels, on each new fact and each section: ``scope`` (``user`` | ``thread`` |
   ``project``), ``durability`` (``durable`` | ``temporary``), ``authority`` (``descriptive`` |
   ``transactional``). Each is optional here and read lower-cased; a label that is not a string
@@ -63,6 +68,7 @@ from pydantic import (
 
 from ..errors import InvalidUpdateError
 from ..models import HISTORY_SECTIONS, USER_SECTIONS, check_text, clean_category, clean_content
+from . import review
 
 MAX_REPLY_CHARS = 2_000_000
 MAX_JSON_CHARS = 300_000
@@ -73,6 +79,7 @@ MAX_REMOVALS = 10_000
 _REQUIRED = ("user", "history", "newFacts")
 _KEY_ALIASES = {"user": ("user",), "history": ("history",), "newFacts": ("newFacts", "new_facts")}
 _KNOWN_KEYS = frozenset({"user", "history", "newFacts", "new_facts", "factsToRemove"})
+_LIST_CAP = 1000  # of each aging list
 _THINK_START = re.compile(r"<think(?:ing)?>", re.IGNORECASE)
 _THINK_END = re.compile(r"</think(?:ing)?>", re.IGNORECASE)
 _FENCE_OPEN = re.compile(r"\A```[\w-]*\s*")
@@ -163,11 +170,17 @@ class NewFact(_Strict):
     source_error: StrictStr | None = Field(
         default=None, validation_alias=AliasChoices("sourceError", "source_error")
     )
+    expected_valid_days: int | None = Field(
+        default=None, validation_alias=AliasChoices("expectedValidDays", "expected_valid_days")
+    )
+    replaces: list[StrictStr] = Field(default_factory=list, max_length=_LIST_CAP)
     scope: _label(SCOPES) = None  # type: ignore[valid-type]
     durability: _label(DURABILITIES) = None  # type: ignore[valid-type]
     authority: _label(AUTHORITIES) = None  # type: ignore[valid-type]
 
     _labels = field_validator(*_LABELS, mode="before")(_read_label)
+    _valid_days = field_validator("expected_valid_days", mode="before")(review.read_valid_days)
+    _replaces = field_validator("replaces", mode="before")(review.read_ids)
 
     _content = field_validator("content")(clean_content)
     _category = field_validator("category", mode="before")(clean_category)
@@ -207,6 +220,35 @@ class MemoryUpdate(_Strict):
         validation_alias=AliasChoices("factsToRemove", "facts_to_remove"),
         max_length=MAX_REMOVALS,
     )
+    facts_to_reinforce: list[StrictStr] = Field(
+        default_factory=list,
+        validation_alias=AliasChoices("factsToReinforce", "facts_to_reinforce"),
+        max_length=_LIST_CAP,
+    )
+    stale_facts_to_remove: list[review.StaleRemoval] = Field(
+        default_factory=list,
+        validation_alias=AliasChoices("staleFactsToRemove", "stale_facts_to_remove"),
+        max_length=_LIST_CAP,
+    )
+    stale_facts_to_extend: list[review.StaleExtension] = Field(
+        default_factory=list,
+        validation_alias=AliasChoices("staleFactsToExtend", "stale_facts_to_extend"),
+        max_length=_LIST_CAP,
+    )
+    facts_to_consolidate: list[review.Consolidation] = Field(
+        default_factory=list,
+        validation_alias=AliasChoices("factsToConsolidate", "facts_to_consolidate"),
+        max_length=_LIST_CAP,
+    )
+
+    _aging_ids = field_validator("facts_to_reinforce", mode="before")(review.read_ids)
+
+    @field_validator(
+        "stale_facts_to_remove", "stale_facts_to_extend", "facts_to_consolidate", mode="before"
+    )
+    @classmethod
+    def _none_is_no_list(cls, value: Any) -> Any:
+        return [] if value is None else value
 
     @field_validator("facts_to_remove", mode="before")
     @classmethod

@@ -4,6 +4,7 @@ it is stale) or, without one, is applied to the newest version."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
@@ -13,10 +14,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from ... import ops
 from ...ops import history
 from ...scope import Scope
+from ...text_search import query_terms, search_text
 from ..auth import Caller, Reader, Writer
 from ..errors import ApiError, error_responses, not_found
 from ..state import ServerState, State
-from . import AgentQuery, IfMatch, etag, precondition
+from . import AgentQuery, AsOfQuery, IfMatch, as_utc, etag, precondition
 
 router = APIRouter(
     prefix="/v1/users/{user_id}",
@@ -56,8 +58,72 @@ def list_facts(
     min_confidence: Annotated[float | None, Query(ge=0, le=1)] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
     offset: Annotated[int, Query(ge=0, le=100_000)] = 0,
+    as_of: AsOfQuery = None,
+    include_closed: Annotated[
+        bool, Query(description="Also closed (superseded or removed) versions")
+    ] = False,
 ) -> Any:
     scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=caller.tenant_id)
+    if as_of is not None:
+        records = _facts_as_of(state, caller, scope, as_utc(as_of), q, category, min_confidence)
+    else:
+        records = _search(
+            state,
+            caller,
+            scope,
+            agent_name,
+            q,
+            category,
+            min_confidence,
+            offset + limit + 1,
+            include_closed,
+        )
+    page = records[offset : offset + limit]
+    more = len(records) > offset + limit
+    return {
+        "facts": [record.to_dict() for record in page],
+        "next_offset": offset + limit if more else None,
+    }
+
+
+def _facts_as_of(
+    state: ServerState,
+    caller: Caller,
+    scope: Scope,
+    as_of: datetime,
+    q: str | None,
+    category: str | None,
+    min_confidence: float | None,
+) -> list[ops.FactRecord]:
+    """The facts believed at ``as_of``, highest confidence first, filtered as a search is
+    (``q``: every term of it among the fact's)."""
+    with caller.acting():
+        doc = state.storage.load(**scope.arguments(), as_of=as_of)
+    if doc.version == 0 and doc.last_updated is None:
+        raise not_found(f"no memory of user {scope.user_id!r}")
+    wanted = set(query_terms(q)) if q and q.strip() else set()
+    facts = [
+        fact
+        for fact in doc.facts
+        if (category is None or fact.category == category.strip().lower())
+        and (min_confidence is None or fact.confidence >= min_confidence)
+        and wanted <= set(search_text(fact.content).split())
+    ]
+    facts.sort(key=lambda fact: -fact.confidence)
+    return [ops.FactRecord(scope.tenant_id, scope.user_id, scope.agent_name, f) for f in facts]
+
+
+def _search(
+    state: ServerState,
+    caller: Caller,
+    scope: Scope,
+    agent_name: str | None,
+    q: str | None,
+    category: str | None,
+    min_confidence: float | None,
+    limit: int,
+    include_closed: bool,
+) -> list[ops.FactRecord]:
     with caller.acting():
         records = ops.search_facts(
             state.engine,
@@ -67,19 +133,15 @@ def list_facts(
             tenant_id=scope.tenant_id,
             user_id=scope.user_id,
             agent_name=None if agent_name is None else scope.agent_key,
-            limit=offset + limit + 1,
+            limit=limit,
+            include_closed=include_closed,
         )
         exists = records or ops.memory_exists(
             state.engine, scope.user_id, agent_name=agent_name, tenant_id=scope.tenant_id
         )
         if not exists:
-            raise not_found(f"no memory of user {user_id!r}")
-    page = records[offset : offset + limit]
-    more = len(records) > offset + limit
-    return {
-        "facts": [record.to_dict() for record in page],
-        "next_offset": offset + limit if more else None,
-    }
+            raise not_found(f"no memory of user {scope.user_id!r}")
+    return records
 
 
 @router.post("/facts", status_code=201, summary="Add a fact (409 if its text is stored)")
