@@ -1,15 +1,20 @@
-"""``memory-sql db``: create, inspect and check the schema (Alembic)."""
+"""``memory-sql db``: create, inspect and check the schema (Alembic); purge closed facts."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Annotated
 
 import typer
 
 from .. import migrations
+from ..config import MemoryConfig
 from ..database import create_engine, redacted
 from ..errors import MemorySQLError
-from ._common import UrlOption, app, command, database_url, group, lit, out
+from ..models import utcnow
+from ..scope import Scope
+from ..storage import SQLStorage
+from ._common import UrlOption, app, command, database_url, group, lit, out, plural
 
 db_app = group(help="Create and check the database schema (Alembic).")
 app.add_typer(db_app, name="db")
@@ -132,3 +137,51 @@ def db_grant(
         typer.echo(statement + ";")
     if apply:
         out.print(f"granted to {lit(role)}", highlight=False)
+
+
+@command(db_app, "purge")
+def db_purge(
+    url: UrlOption = None,
+    older_than_days: Annotated[
+        int | None,
+        typer.Option(
+            "--older-than-days",
+            min=0,
+            help="Delete closed facts (superseded or removed versions) closed more than this "
+            "many days ago (default: the config's closed_fact_retention_days).",
+            show_default=False,
+        ),
+    ] = None,
+    tenant: Annotated[
+        str | None, typer.Option("--tenant", help="Only this tenant's.", show_default=False)
+    ] = None,
+) -> None:
+    """Delete old closed facts: past versions kept for as-of reads and history.
+
+    Live facts are never touched. The worker of `memory-sql run`/`serve` does the same in the
+    background when closed_fact_retention_days is set.
+
+    Example:
+        memory-sql db purge --older-than-days 365 --url sqlite:///memory_sql.db
+    """
+    days = older_than_days
+    if days is None:
+        days = MemoryConfig.from_env().closed_fact_retention_days
+        if days == 0:
+            raise MemorySQLError(
+                "give --older-than-days (closed_fact_retention_days is 0: keep closed facts)"
+            )
+    if tenant is not None:
+        Scope.of(tenant_id=tenant)  # a clear error for a malformed tenant
+    engine = create_engine(database_url(url, create=False))
+    try:
+        storage = SQLStorage(engine)
+        purged = storage.purge_closed(utcnow() - timedelta(days=days), tenant_id=tenant)
+    finally:
+        engine.dispose()
+    out.print(
+        f"{lit(redacted(engine.url))}: purged {plural(purged, 'closed fact')} closed more than "
+        f"{plural(days, 'day')} ago",
+        highlight=False,
+        soft_wrap=True,
+    )

@@ -14,7 +14,12 @@ The views are plain SQL over the tables and can be queried directly (see the REA
 - ``memory_report_llm_usage`` (revision 0007): tenant_id, day (UTC), model, calls,
   prompt_tokens, completion_tokens, failures (calls whose update did not end ``ok``),
   p50_latency_ms (the median, computed in the view's SQL the same way on both databases: the
-  middle call by latency, or the mean of the two middle ones).
+  middle call by latency, or the mean of the two middle ones); since revision 0012 also
+  stale_offered, stale_removed, stale_extended (the staleness review's counts) and
+  facts_merged (facts consolidated into others);
+- ``memory_report_superseded`` (revision 0012): tenant_id, day (UTC), closed (facts closed
+  that day and still kept: superseded, removed, evicted), superseded (of those, replaced by
+  another fact). The fact views above count live facts only.
 """
 
 from __future__ import annotations
@@ -92,7 +97,20 @@ llm_usage_view = sa.Table(
     sa.Column("completion_tokens", sa.Integer),
     sa.Column("failures", sa.Integer),
     sa.Column("p50_latency_ms", sa.Float),
+    sa.Column("stale_offered", sa.Integer),
+    sa.Column("stale_removed", sa.Integer),
+    sa.Column("stale_extended", sa.Integer),
+    sa.Column("facts_merged", sa.Integer),
 )
+superseded_view = sa.Table(
+    "memory_report_superseded",
+    _views,
+    sa.Column("tenant_id", sa.String),
+    sa.Column("day", sa.Date),
+    sa.Column("closed", sa.Integer),
+    sa.Column("superseded", sa.Integer),
+)
+_REVIEW_COUNTS = ("stale_offered", "stale_removed", "stale_extended", "facts_merged")
 
 BUCKETS = tuple(f"0.{i}-0.{i + 1}" for i in range(9)) + ("0.9-1.0",)
 
@@ -122,6 +140,8 @@ def build_report(
       LLM's calls, prompt and completion tokens, failures and median latency (ms); only days
       with calls. Across tenants (no ``tenant_id``) the median is the one of the tenant with
       the most calls that day, as medians do not add up;
+    - ``superseded``: the last ``days`` UTC days, oldest first, each with the facts closed
+      that day (still kept) and how many of them another fact superseded;
     - ``totals``: facts, memories, pending and failed updates, LLM calls and tokens (over
       ``days``).
 
@@ -194,6 +214,13 @@ def build_report(
         .order_by(u.c.day.desc(), u.c.model, u.c.calls.desc(), u.c.tenant_id)
     )
 
+    x = superseded_view
+    superseded = (
+        sa.select(x.c.day, _int(x.c.closed).label("closed"), _int(x.c.superseded).label("sup"))
+        .where(where(x), x.c.day >= start, x.c.day <= today)
+        .group_by(x.c.day)
+    )
+
     with database_errors(engine, "report"), engine.connect() as conn:
         category_rows = conn.execute(categories).all()
         bucket_rows = dict(conn.execute(buckets).all())
@@ -202,6 +229,7 @@ def build_report(
         memory_count = conn.execute(memories).scalar_one()
         queue_rows = conn.execute(queue).all()
         usage_rows = conn.execute(usage).all()
+        superseded_rows = {_day(row.day): row for row in conn.execute(superseded)}
 
     report_categories = [
         {
@@ -235,6 +263,17 @@ def build_report(
         for row in queue_rows
     }
     report_usage = _usage(usage_rows)
+    report_superseded = []
+    for offset in range(days):
+        day = start + timedelta(days=offset)
+        closed = superseded_rows.get(day)
+        report_superseded.append(
+            {
+                "day": day.isoformat(),
+                "closed": closed.closed if closed else 0,
+                "superseded": closed.sup if closed else 0,
+            }
+        )
     return {
         "tenant_id": tenant,
         "totals": {
@@ -263,7 +302,12 @@ def build_report(
         ],
         "queue": report_queue,
         "llm_usage": report_usage,
+        "superseded": report_superseded,
     }
+
+
+def _day(value: Any) -> date:
+    return value if isinstance(value, date) else date.fromisoformat(str(value))
 
 
 def _usage(rows: Any) -> list[dict[str, Any]]:
@@ -283,8 +327,11 @@ def _usage(rows: Any) -> list[dict[str, Any]]:
                 "p50_latency_ms": float(row.p50_latency_ms)
                 if row.p50_latency_ms is not None
                 else None,
+                **{name: int(getattr(row, name) or 0) for name in _REVIEW_COUNTS},
             }
             continue
+        for name in _REVIEW_COUNTS:
+            entry[name] += int(getattr(row, name) or 0)
         entry["calls"] += int(row.calls)
         entry["prompt_tokens"] += int(row.prompt_tokens or 0)
         entry["completion_tokens"] += int(row.completion_tokens or 0)
