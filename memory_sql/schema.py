@@ -190,8 +190,7 @@ memory_facts = Table(
     Index("ix_memory_facts_tenant_category", "tenant_id", "category"),
     Index("ix_memory_facts_tenant_created_at", "tenant_id", "created_at"),
     Index("ix_memory_facts_tenant_updated_at", "tenant_id", "updated_at"),
-    comment="Durable facts about a user, live (valid_to NULL) and closed; duplicates "
-    "(casefold) are impossible among a scope's live facts.",
+    comment="Durable facts about a user; duplicates (casefold) are impossible per scope.",
 )
 
 LIVE = memory_facts.c.valid_to.is_(None)

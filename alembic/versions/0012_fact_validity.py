@@ -36,19 +36,42 @@ branch_labels = None
 depends_on = None
 
 _FACT_COLUMNS = (
-    ("expected_valid_days", sa.Integer(), True, None),
-    ("confirmed_at", sa.DateTime(timezone=True), True, None),
-    ("confirmation_count", sa.Integer(), False, "0"),
-    ("valid_from", sa.DateTime(timezone=True), True, None),
-    ("valid_to", sa.DateTime(timezone=True), True, None),
-    ("superseded_by", sa.String(64), True, None),
+    (
+        "expected_valid_days",
+        sa.Integer(),
+        True,
+        None,
+        "how long the fact is expected to hold from its last confirmation (the LLM's figure, "
+        "else its category's default)",
+    ),
+    ("confirmed_at", sa.DateTime(timezone=True), True, None, "last confirmed by the user"),
+    ("confirmation_count", sa.Integer(), False, "0", None),
+    (
+        "valid_from",
+        sa.DateTime(timezone=True),
+        True,
+        None,
+        "believed true from then; NULL: from created_at",
+    ),
+    (
+        "valid_to",
+        sa.DateTime(timezone=True),
+        True,
+        None,
+        "closed (superseded, removed, evicted) then; NULL: live",
+    ),
+    ("superseded_by", sa.String(64), True, None, "the fact that took its place, if any"),
 )
 _EVENT_COLUMNS = (
-    ("content_before", sa.Text()),
-    ("content_after", sa.Text()),
-    ("superseded_by", sa.String(64)),
+    ("content_before", sa.Text(), "the text before (updated, removed)"),
+    ("content_after", sa.Text(), "the text after (added, updated)"),
+    ("superseded_by", sa.String(64), "removed: what took its place"),
 )
 _CALL_COLUMNS = ("stale_offered", "stale_removed", "stale_extended", "facts_merged")
+_CALL_COMMENTS = {
+    "stale_offered": "stale facts the prompt offered for review",
+    "facts_merged": "source facts consolidated into merged ones",
+}
 _SCOPE = ("tenant_id", "user_id", "agent_name")
 _LIVE = "valid_to IS NULL"
 
@@ -172,10 +195,9 @@ def _fact_views(dialect: str, live: bool) -> dict[str, str]:
 def upgrade() -> None:
     dialect = op.get_bind().dialect.name
     saved = _drop_views(dialect)
-    for name, type_, nullable, default in _FACT_COLUMNS:
-        op.add_column(
-            "memory_facts", sa.Column(name, type_, nullable=nullable, server_default=default)
-        )
+    for name, type_, nullable, default, comment in _FACT_COLUMNS:
+        column = sa.Column(name, type_, nullable=nullable, server_default=default, comment=comment)
+        op.add_column("memory_facts", column)
     check = ("ck_memory_facts_expected_valid_days_positive", "expected_valid_days > 0")
     if dialect == "postgresql":
         op.drop_constraint("uq_memory_facts_content_key", "memory_facts", type_="unique")
@@ -213,12 +235,17 @@ def upgrade() -> None:
         sqlite_where=closed,
         postgresql_where=closed,
     )
-    for name, type_ in _EVENT_COLUMNS:
-        op.add_column("memory_fact_events", sa.Column(name, type_, nullable=True))
+    for name, type_, comment in _EVENT_COLUMNS:
+        op.add_column("memory_fact_events", sa.Column(name, type_, nullable=True, comment=comment))
     for name in _CALL_COLUMNS:
-        op.add_column(
-            "memory_llm_calls", sa.Column(name, sa.Integer(), nullable=False, server_default="0")
+        column = sa.Column(
+            name,
+            sa.Integer(),
+            nullable=False,
+            server_default="0",
+            comment=_CALL_COMMENTS.get(name),
         )
+        op.add_column("memory_llm_calls", column)
     _create_views(dialect, saved, live=True)
 
 
@@ -235,7 +262,7 @@ def downgrade() -> None:
         op.drop_index(name, "memory_facts")
     for name in reversed(_CALL_COLUMNS):
         op.drop_column("memory_llm_calls", name)
-    for name, _ in reversed(_EVENT_COLUMNS):
+    for name, *_ in reversed(_EVENT_COLUMNS):
         op.drop_column("memory_fact_events", name)
     check = "ck_memory_facts_expected_valid_days_positive"
     if dialect == "postgresql":

@@ -248,6 +248,8 @@ class MemoryUpdate(_Strict):
     )
     @classmethod
     def _none_is_no_list(cls, value: Any) -> Any:
+        if isinstance(value, list):  # a bare id stands for {"id": …}
+            return [{"id": item} if isinstance(item, str) else item for item in value]
         return [] if value is None else value
 
     @field_validator("facts_to_remove", mode="before")
