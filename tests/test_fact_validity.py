@@ -108,7 +108,7 @@ def test_a_removed_fact_is_closed_not_deleted_and_its_text_stays_in_history(stor
     assert (added["event"], added["content_after"]) == ("added", "Lives in Lisbon")
 
 
-def test_an_edit_keeps_its_text_before_and_after(store):
+def test_an_edit_keeps_its_text_before_and_after_and_the_old_version(store):
     doc = _save(store, Fact(id="fact_a", content="Uses vim", confidence=0.8))
     doc.facts = [doc.facts[0].replace(content="Uses neovim")]
     store.save(doc, **SCOPE)
@@ -118,6 +118,14 @@ def test_an_edit_keeps_its_text_before_and_after(store):
         "Uses vim",
         "Uses neovim",
     )
+    # The old text stays readable as of its time: a closed version superseded by the fact.
+    edited = store.load(**SCOPE).facts[0]
+    assert edited.id == "fact_a" and edited.valid_from is not None
+    then = store.load(**SCOPE, as_of=edited.valid_from - timedelta(microseconds=1))
+    assert [(f.content, f.superseded_by) for f in then.facts] == [("Uses vim", "fact_a")]
+    assert [f.content for f in store.load(**SCOPE, as_of=edited.valid_from).facts] == [
+        "Uses neovim"
+    ]
 
 
 def test_closed_facts_leave_the_casefold_key_free_but_live_duplicates_are_refused(store):

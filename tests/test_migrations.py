@@ -74,9 +74,7 @@ def test_the_schema_has_the_indexes_reporting_and_injection_need(empty_engine):
     assert "ix_memory_facts_scope_confidence" in indexes
     # Unique among live facts (revision 0012): a partial unique index, no constraint.
     assert inspector.get_unique_constraints("memory_facts") == []
-    live = next(
-        ix for ix in inspector.get_indexes("memory_facts") if ix["name"].startswith("uq_")
-    )
+    live = next(ix for ix in inspector.get_indexes("memory_facts") if ix["name"].startswith("uq_"))
     assert live["unique"] and live["column_names"] == [
         "tenant_id",
         "user_id",

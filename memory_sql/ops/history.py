@@ -5,7 +5,8 @@ a cursor.
 Events keep a fact's category and confidence at each change and, since revision 0012, its
 text before and after (``content_before``: updated and removed; ``content_after``: added and
 updated) and, for a removed fact, the fact that took its place (``superseded_by``); events
-written before that revision have no text (``None``). Forgetting a memory deletes its events
+written before that revision have no text (``None``). An update that kept the text stores
+it once; it is read back as both. Forgetting a memory deletes its events
 with it. Events are ordered by version
 (newest first), then fact id; a page ends with the cursor of its last event
 (``"<version>:<fact id>"``), which the next page starts after.
@@ -89,7 +90,9 @@ def change_log(
             "category": row.category,
             "confidence": row.confidence,
             "occurred_at": format_timestamp(row.occurred_at),
-            "content_before": row.content_before,
+            "content_before": row.content_after
+            if row.event == "updated" and row.content_before is None
+            else row.content_before,
             "content_after": row.content_after,
             "superseded_by": row.superseded_by,
         }

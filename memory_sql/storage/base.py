@@ -11,7 +11,7 @@ from operator import attrgetter, is_not
 from types import TracebackType
 
 from ..errors import DuplicateFactError
-from ..models import Fact, MemoryDocument, Section, copy_model
+from ..models import Fact, MemoryDocument, Section, copy_model, new_fact_id
 from ..scope import Scope
 from .search import score_in_memory
 
@@ -196,6 +196,9 @@ class Changes:
     """Of the deleted facts, those another took the place of: its id, by theirs."""
     previous: dict[str, Fact] = field(default_factory=dict)
     """The updated facts as they were, by id."""
+    archived: list[Fact] = field(default_factory=list)
+    """The earlier text of facts whose text changed, as closed versions to insert (a past
+    view shows them; the live fact keeps its id)."""
     positions: dict[str, int] = field(default_factory=dict)
     """Where each updated fact's id stands in the base document's facts."""
 
@@ -253,6 +256,17 @@ def diff_documents(base: MemoryDocument, doc: MemoryDocument, now: datetime) -> 
                 raise ValueError(f"fact {fact.id} was closed at {fact.valid_to}: not saved as live")
             changes.inserted.append(copy_model(fact, updated_at=now))
         elif any(getattr(fact, name) != getattr(old, name) for name in _FACT_FIELDS):
+            if fact.content != old.content:  # the old text stays readable as of its time
+                changes.archived.append(
+                    copy_model(
+                        old,
+                        id=new_fact_id(),
+                        valid_from=old.since,
+                        valid_to=now,
+                        superseded_by=fact.id,
+                    )
+                )
+                fact = copy_model(fact, valid_from=now)
             changes.updated.append(copy_model(fact, updated_at=now, created_at=old.created_at))
             changes.previous[fact.id] = old
             changes.positions[fact.id] = where[fact.id]

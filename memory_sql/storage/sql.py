@@ -157,6 +157,8 @@ def _fact_columns(fact: Fact) -> dict[str, Any]:
         "confirmed_at": fact.confirmed_at,
         "confirmation_count": fact.confirmation_count,
         "valid_from": fact.valid_from,
+        "valid_to": fact.valid_to,
+        "superseded_by": fact.superseded_by,
     }
 
 
@@ -269,11 +271,13 @@ _SCOPED = "tenant_id = %(tenant)s AND user_id = %(user)s AND agent_name = %(agen
 _FACT_RECORD = """fact_id text, content text, content_key text, search_text text,
                 category text, confidence float8, source_thread_id text, source_error text,
                 created_at timestamptz, updated_at timestamptz, expected_valid_days int,
-                confirmed_at timestamptz, confirmation_count int, valid_from timestamptz"""
+                confirmed_at timestamptz, confirmation_count int, valid_from timestamptz,
+                valid_to timestamptz, superseded_by text"""
 _FACT_INSERT_COLUMNS = """tenant_id, user_id, agent_name, fact_id, content, content_key,
                               search_text, category, confidence, source_thread_id,
                               source_error, created_at, updated_at, expected_valid_days,
-                              confirmed_at, confirmation_count, valid_from"""
+                              confirmed_at, confirmation_count, valid_from, valid_to,
+                              superseded_by"""
 _WRITES = {
     # A removed fact is closed, not deleted (revision 0012).
     "deleted": """
@@ -339,7 +343,8 @@ _WRITES = {
            %(i_source_thread_id)s::text, %(i_source_error)s::text,
            %(i_created_at)s::timestamptz, %(i_updated_at)s::timestamptz,
            %(i_expected_valid_days)s::int, %(i_confirmed_at)s::timestamptz,
-           %(i_confirmation_count)s::int, %(i_valid_from)s::timestamptz
+           %(i_confirmation_count)s::int, %(i_valid_from)s::timestamptz,
+           %(i_valid_to)s::timestamptz, %(i_superseded_by)s::text
     WHERE EXISTS (SELECT FROM head)""",
     "events_one": """
     INSERT INTO memory_fact_events (tenant_id, user_id, agent_name, version, fact_id, event,
@@ -382,6 +387,7 @@ def _fact_records(facts: list[Fact]) -> str | None:
     for row in rows:
         row["created_at"], row["updated_at"] = _iso(row["created_at"]), _iso(row["updated_at"])
         row["confirmed_at"], row["valid_from"] = _iso(row["confirmed_at"]), _iso(row["valid_from"])
+        row["valid_to"] = _iso(row["valid_to"])
     return _json(rows)
 
 
@@ -409,7 +415,7 @@ def _one_statement_parameters(
         parameters["deleted"] = changes.deleted
         parameters["successors"] = [changes.superseded.get(i) for i in changes.deleted]
         writes.append("deleted")
-    updated, inserted = changes.updated, changes.inserted
+    updated, inserted = changes.updated, [*changes.inserted, *changes.archived]
     if len(updated) == 1:
         parameters.update(_one_fact("u", updated[0], created=False))
         writes.append("updated_one")
@@ -454,12 +460,20 @@ def _events(changes: Changes) -> list[dict[str, Any]]:
     previous, successors = changes.previous, changes.superseded
     return [
         *(_event(f, "added", None, f.content) for f in changes.inserted),
-        *(_event(f, "updated", previous[f.id].content, f.content) for f in changes.updated),
+        # an unchanged text is written once (the log reads it back as both)
+        *(
+            _event(f, "updated", _changed(previous[f.id].content, f.content), f.content)
+            for f in changes.updated
+        ),
         *(
             _event(f, "removed", f.content, None, successors.get(f.id))
             for f in map(changes.removed.__getitem__, changes.deleted)
         ),
     ]
+
+
+def _changed(before: str, after: str) -> str | None:
+    return None if before == after else before
 
 
 def _event(
@@ -601,8 +615,9 @@ def _write_plan(
                 {**where, **{f"w_{name}": row[name] for name in ("fact_id", *_UPDATED_COLUMNS)}}
             )
         plan.append((_UPDATE_FACT, rows))
-    if changes.inserted:
-        plan.append((_INSERT_FACT, [_fact_row(scope, fact) for fact in changes.inserted]))
+    if changes.inserted or changes.archived:
+        rows = [_fact_row(scope, fact) for fact in (*changes.inserted, *changes.archived)]
+        plan.append((_INSERT_FACT, rows))
     events = _event_rows(scope, changes, version, now)
     if events:
         plan.append((_INSERT_EVENT, events))

@@ -208,7 +208,7 @@ def offer(
     kept = len(lines)
     if counter is not None:
         budget = config.staleness_prompt_tokens - counter.count(
-            review_block([], categories, review_only)
+            review_block([""] if lines else [], categories, review_only)
         )
         used = kept = 0
         for line in lines:
