@@ -15,6 +15,7 @@ from sqlalchemy import (
     Boolean,
     CheckConstraint,
     Column,
+    Date,
     DateTime,
     Dialect,
     Float,
@@ -349,6 +350,19 @@ memory_llm_calls = Table(
     Index("ix_memory_llm_calls_tenant_called_at", "tenant_id", "called_at"),
     comment="One row per memory-LLM call of an update (failed ones too), for cost reporting; "
     "no foreign key: usage outlives a deleted memory.",
+)
+
+memory_llm_budget_holds = Table(
+    "memory_llm_budget_holds",
+    metadata,
+    Column("tenant_id", String(64), primary_key=True),
+    Column("day", Date, primary_key=True, comment="the UTC day"),
+    Column("holds", Integer, nullable=False),
+    Column("last_held_at", UTCDateTime, nullable=False),
+    Column("last_reason", Text, nullable=False),
+    CheckConstraint("holds > 0", name="positive"),
+    comment="Per tenant and UTC day, the updates held back by the daily memory-LLM budget "
+    "(each hold and re-check counted); they wait, they are not lost.",
 )
 
 memory_watermarks = Table(

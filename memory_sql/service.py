@@ -528,7 +528,7 @@ class MemoryService:
             except MemorySQLError:
                 over = None  # the update meets the same database, and fails or not by itself
             if over is not None:
-                self.budget.refused += 1
+                self.budget.hold(item.scope.tenant_id, over)
                 return RunOutcome(False, over, wait_seconds=self.budget.wait_seconds())
         # Only what follows the thread's watermark is new (memory_sql.update.watermark); the last
         # exchange before it goes along as marked context.

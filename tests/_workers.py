@@ -73,7 +73,7 @@ def run_service_until_idle(url, llm_base_url, settings, results, timeout=60.0) -
             status = service.status()
             if status["pending"] == 0:
                 break
-            time.sleep(0.05)
+            time.sleep(0.2)  # each look counts the whole queue: not so often it slows the work
     finally:
         service.close(timeout=10)
     results.put((os.getpid(), status))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import time
 
+import pytest
 import sqlalchemy as sa
 from llm_server import llm_config
 from server.conftest import service_settings_for
@@ -15,6 +16,7 @@ from test_service import chat, learn
 
 from memory_sql import MemoryService, migrations
 from memory_sql.database import create_engine
+from memory_sql.ops.reports import build_report
 from memory_sql.schema import memory_pending_updates as pending
 from memory_sql.server.keys import create_key
 
@@ -76,3 +78,38 @@ def test_the_service_says_when_a_tenant_is_over_its_budget(tmp_path, llm):
     assert report["llm_budget"]["daily_calls"] == 1 and report["llm_budget"]["over"]
     held = re.search(r"^memory_sql_updates_over_budget_total (\S+)$", metrics, re.M)
     assert held is not None and float(held.group(1)) >= 1
+
+
+@pytest.mark.parametrize(
+    "database", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+)
+def test_the_updates_held_by_the_budget_show_in_the_usage_view_and_the_report(
+    database, request, llm
+):
+    llm.responder = learn
+    url = request.getfixturevalue("sqlite_url" if database == "sqlite" else "own_pg_url")
+    config = llm_config(
+        llm, storage=url, debounce_seconds=0, workers=1, llm_daily_calls_per_tenant=1
+    )
+    with MemoryService(config) as service:
+        for n in range(3):
+            assert service.after_agent(chat(f"tea{n}"), thread_id=f"t{n}", tenant_id="thrifty")
+        assert service.after_agent(chat("coffee"), thread_id="c", tenant_id="other")
+        assert service.flush(timeout=5) is False  # two of the thrifty tenant's wait
+        held_here = service.status()["over_budget"]
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                sa.text(
+                    "SELECT tenant_id, calls, held_over_budget FROM memory_report_llm_usage "
+                    "ORDER BY tenant_id"
+                )
+            ).all()
+        report = build_report(engine, tenant_id="thrifty")
+    finally:
+        engine.dispose()
+    assert [tuple(row) for row in rows] == [("other", 1, 0), ("thrifty", 1, held_here)]
+    assert held_here >= 2  # each of the two waiting updates held at least once
+    assert report["totals"]["held_over_budget"] == held_here
+    assert report["llm_usage"][0]["held_over_budget"] == held_here

@@ -94,6 +94,7 @@ def test_the_view_equals_the_servers_recorded_usage(url, llm):
                 "completion_tokens": 145,
                 "failures": 2,
                 "p50_latency_ms": report["llm_usage"][0]["p50_latency_ms"],
+                "held_over_budget": 0,
             }
         ]
         assert report["totals"]["llm_calls"] == 4

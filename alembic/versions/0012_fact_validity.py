@@ -21,7 +21,7 @@ counts, summed by ``memory_report_llm_usage``. The views that count facts count 
 ``memory_report_superseded`` counts closed facts per tenant and day.
 
 Revision ID: 0012
-Revises: 0011
+Revises: 0014
 Create Date: 2026-12-02
 """
 
@@ -31,7 +31,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0012"
-down_revision = "0011"
+down_revision = "0014"  # main's 0014 (budget holds) came first; this view carries both
 branch_labels = None
 depends_on = None
 
@@ -119,6 +119,24 @@ def _day(dialect: str, column: str) -> str:
 
 
 def _usage_view(dialect: str, counts: bool) -> str:
+    """The usage view (revision 0007's) with this revision's counts when ``counts``, and with
+    revision 0014's ``held_over_budget`` when its table is there, in whichever order the two
+    revisions ran."""
+    body = _plain_usage_view(dialect, counts)
+    if not sa.inspect(op.get_bind()).has_table("memory_llm_budget_holds"):
+        return body
+    extra = "".join(f", usage.{name}" for name in _CALL_COLUMNS) if counts else ""
+    return f"""
+        SELECT usage.tenant_id, usage.day, usage.model, usage.calls, usage.prompt_tokens,
+               usage.completion_tokens, usage.failures, usage.p50_latency_ms,
+               coalesce(holds.holds, 0) AS held_over_budget{extra}
+        FROM ({body.strip()}) AS usage
+        LEFT JOIN memory_llm_budget_holds AS holds
+               ON holds.tenant_id = usage.tenant_id AND holds.day = usage.day
+    """
+
+
+def _plain_usage_view(dialect: str, counts: bool) -> str:
     day = _day(dialect, "called_at")
     extra = "".join(f", sum({name}) AS {name}" for name in _CALL_COLUMNS) if counts else ""
     inner = "".join(f", {name}" for name in _CALL_COLUMNS) if counts else ""

@@ -152,11 +152,13 @@ def _print_report(data: dict[str, Any]) -> None:
     # Short headings: seven columns fit 80 characters with a day and a model name whole.
     usage.add_column("day (UTC)", no_wrap=True)
     usage.add_column("model", overflow="fold")
-    for name in ("calls", "prompt tok", "compl. tok", "failed", "p50 ms"):
+    held = any(row.get("held_over_budget") for row in data["llm_usage"])
+    names = ("calls", "prompt tok", "compl. tok", "failed", "p50 ms") + (("held",) if held else ())
+    for name in names:
         usage.add_column(name, justify="right", no_wrap=True)
     for row in data["llm_usage"]:
         p50 = row["p50_latency_ms"]
-        usage.add_row(
+        cells = [
             row["day"],
             lit(row["model"]),
             str(row["calls"]),
@@ -164,7 +166,11 @@ def _print_report(data: dict[str, Any]) -> None:
             f"{row['completion_tokens']:,}",
             Text(str(row["failures"]), style="red" if row["failures"] else ""),
             "" if p50 is None else f"{p50:,.0f}",
-        )
+        ]
+        if held:  # updates held back by a tenant's daily LLM budget (they wait)
+            count = row["held_over_budget"]
+            cells.append(Text(str(count), style="yellow" if count else ""))
+        usage.add_row(*cells)
     if not data["llm_usage"]:
         usage.add_row("", "(no calls)", "0", "0", "0", "0", "")
     out.print(usage)

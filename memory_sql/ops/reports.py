@@ -14,7 +14,9 @@ The views are plain SQL over the tables and can be queried directly (see the REA
 - ``memory_report_llm_usage`` (revision 0007): tenant_id, day (UTC), model, calls,
   prompt_tokens, completion_tokens, failures (calls whose update did not end ``ok``),
   p50_latency_ms (the median, computed in the view's SQL the same way on both databases: the
-  middle call by latency, or the mean of the two middle ones); since revision 0012 also
+  middle call by latency, or the mean of the two middle ones), and (revision 0014)
+  held_over_budget: the tenant's updates held back that day by its daily LLM budget (each
+  hold and re-check; shown on each of the day's model rows); since revision 0012 also
   stale_offered, stale_removed, stale_extended (the staleness review's counts) and
   facts_merged (facts consolidated into others);
 - ``memory_report_superseded`` (revision 0012): tenant_id, day (UTC), closed (facts closed
@@ -97,6 +99,7 @@ llm_usage_view = sa.Table(
     sa.Column("completion_tokens", sa.Integer),
     sa.Column("failures", sa.Integer),
     sa.Column("p50_latency_ms", sa.Float),
+    sa.Column("held_over_budget", sa.Integer),
     sa.Column("stale_offered", sa.Integer),
     sa.Column("stale_removed", sa.Integer),
     sa.Column("stale_extended", sa.Integer),
@@ -284,6 +287,7 @@ def build_report(
             "llm_calls": sum(row["calls"] for row in report_usage),
             "prompt_tokens": sum(row["prompt_tokens"] for row in report_usage),
             "completion_tokens": sum(row["completion_tokens"] for row in report_usage),
+            "held_over_budget": _held(usage_rows),
         },
         "categories": report_categories,
         "confidence": [{"bucket": name, "facts": bucket_rows.get(name, 0)} for name in BUCKETS],
@@ -310,6 +314,13 @@ def _day(value: Any) -> date:
     return value if isinstance(value, date) else date.fromisoformat(str(value))
 
 
+def _held(rows: Any) -> int:
+    """The updates held by the LLM budget: each tenant's day once (the view repeats it on the
+    rows of each model called that day)."""
+    days = {(row.tenant_id, str(row.day)): int(row.held_over_budget or 0) for row in rows}
+    return sum(days.values())
+
+
 def _usage(rows: Any) -> list[dict[str, Any]]:
     """The view's rows summed per (day, model); rows arrive busiest tenant first."""
     merged: dict[tuple[Any, str], dict[str, Any]] = {}
@@ -327,9 +338,11 @@ def _usage(rows: Any) -> list[dict[str, Any]]:
                 "p50_latency_ms": float(row.p50_latency_ms)
                 if row.p50_latency_ms is not None
                 else None,
+                "held_over_budget": int(row.held_over_budget or 0),
                 **{name: int(getattr(row, name) or 0) for name in _REVIEW_COUNTS},
             }
             continue
+        entry["held_over_budget"] += int(row.held_over_budget or 0)
         for name in _REVIEW_COUNTS:
             entry[name] += int(getattr(row, name) or 0)
         entry["calls"] += int(row.calls)

@@ -340,43 +340,55 @@ class UpdateQueue:
         claimed: list[PendingUpdate] = []
         with self._transaction() as conn:
             while len(claimed) < limit:
-                rows = conn.execute(self._claimable(limit - len(claimed), now)).all()
+                rows = self._first_of_memories(conn, limit - len(claimed), now)
                 if self._postgres and rows:
                     rows = self._still_free(conn, rows, now)
-                items = [self._lease(conn, row, now) for row in rows]
+                items = self._lease(conn, rows, now)
                 claimed.extend(item for item in items if item is not None)
                 if None not in items:
                     break
                 # Rows that cannot run were marked failed: their memories' next rows may run.
         return claimed
 
-    def _claimable(self, limit: int, now: datetime) -> sa.Select[Any]:
-        """Due, unleased rows of memories with no live lease: each memory's earliest."""
-        first_of_memory = sa.func.row_number().over(
-            partition_by=_MEMORY, order_by=(pending.c.due_at, pending.c.thread_id, pending.c.kind)
-        )
-        ranked = (
-            sa.select(*_KEY, pending.c.kind, first_of_memory.label("rank"))
+    def _first_of_memories(self, conn: Connection, limit: int, now: datetime) -> list[Any]:
+        """The earliest claimable row of each of up to ``limit`` memories, earliest due first.
+
+        Read in due order through the ``(status, due_at)`` index, a few rows past what is
+        needed, each memory's first row kept; when a busy memory's rows fill a read, the next
+        leaves the memories already found out. A claim reads a handful of rows, however long
+        the queue (ranking every due row per memory in SQL read the whole queue each time)."""
+        found: dict[tuple[str, str, str], Any] = {}
+        while True:
+            wanted = limit - len(found)
+            rows = conn.execute(self._claimable(wanted + 2, now, list(found))).all()
+            for row in rows:
+                found.setdefault((row.tenant_id, row.user_id, row.agent_name), row)
+                if len(found) == limit:
+                    return list(found.values())
+            if len(rows) < wanted + 2:
+                return list(found.values())
+
+    def _claimable(
+        self, limit: int, now: datetime, skipped: list[tuple[str, str, str]]
+    ) -> sa.Select[Any]:
+        """Due, unleased rows of memories with no live lease, but the ``skipped`` ones, in
+        due order (read along the index, which stops at ``limit``: each memory's first row is
+        one of its earliest due)."""
+        query = (
+            sa.select(*_KEY, pending.c.kind, pending.c.messages, pending.c.correction)
+            .add_columns(pending.c.reinforcement, pending.c.generation, pending.c.attempts)
+            .add_columns(pending.c.reply)
             .where(
                 pending.c.status == "pending",
                 pending.c.due_at <= now,
                 _unleased(now),
                 ~_memory_leased(now),
             )
-            .subquery("ranked")
-        )
-        query = (
-            sa.select(*_KEY, pending.c.kind, pending.c.messages, pending.c.correction)
-            .add_columns(pending.c.reinforcement, pending.c.generation, pending.c.attempts)
-            .add_columns(pending.c.reply)
-            .join(
-                ranked,
-                sa.and_(*(column == ranked.c[column.name] for column in (*_KEY, pending.c.kind))),
-            )
-            .where(ranked.c.rank == 1)
             .order_by(pending.c.due_at)
             .limit(limit)
         )
+        if skipped:
+            query = query.where(sa.tuple_(*_MEMORY).not_in(skipped))
         if self._postgres:
             query = query.with_for_update(of=pending, skip_locked=True)
         return query
@@ -403,10 +415,24 @@ class UpdateQueue:
         )
         return [row for row, memory in zip(rows, memories, strict=True) if memory not in leased]
 
-    def _lease(self, conn: Connection, row: Any, now: datetime) -> PendingUpdate | None:
-        """Lease one claimable row, or mark it failed when it cannot run (``None``)."""
+    def _lease(
+        self, conn: Connection, rows: Sequence[Any], now: datetime
+    ) -> list[PendingUpdate | None]:
+        """Lease the claimable ``rows`` (one statement for all), marking failed those that
+        cannot run (``None`` in their place)."""
+        items = [self._item_of(conn, row) for row in rows]
+        leased = [_by_key(item.scope, item.thread_id, item.kind) for item in items if item]
+        if leased:
+            until = now + self.lease
+            for parameters in leased:
+                parameters.update(owner=self.owner, until=until)
+            conn.execute(_LEASE, leased)
+        return items
+
+    def _item_of(self, conn: Connection, row: Any) -> PendingUpdate | None:
+        """The claimable ``row`` as the update it leases to, or ``None`` having marked it failed
+        when it cannot run."""
         scope = Scope(row.tenant_id, row.user_id, row.agent_name or None)
-        key = _key_values(scope, row.thread_id, row.kind)
         problem = None
         if row.attempts >= self.max_attempts:
             # Every earlier run died with its process: the row itself may be the cause.
@@ -421,19 +447,10 @@ class UpdateQueue:
         if problem is not None:
             conn.execute(
                 sa.update(pending)
-                .where(_is_key(key))
+                .where(_is_key(_key_values(scope, row.thread_id, row.kind)))
                 .values(status="failed", last_error=problem, lease_owner=None, lease_until=None)
             )
             return None
-        conn.execute(
-            sa.update(pending)
-            .where(_is_key(key))
-            .values(
-                lease_owner=self.owner,
-                lease_until=now + self.lease,
-                attempts=pending.c.attempts + 1,
-            )
-        )
         return PendingUpdate(
             scope=scope,
             thread_id=row.thread_id,
@@ -478,18 +495,19 @@ class UpdateQueue:
             LeaseLostError: the row is no longer leased to this owner (its lease ran out and
                 another worker took it): the caller's transaction must roll back.
         """
-        key = _key_values(item.scope, item.thread_id, item.kind)
         deleted = conn.execute(
-            sa.delete(pending).where(
-                _is_key(key),
-                pending.c.generation == item.generation,
-                pending.c.lease_owner == self.owner,
-            )
+            _DELETE_RUN,
+            {
+                **_by_key(item.scope, item.thread_id, item.kind),
+                "generation": item.generation,
+                "owner": self.owner,
+            },
         ).rowcount
         if deleted:
             return True
         # A newer conversation arrived during the run: it waits its own debounce, and the
         # maximum wait counts from when it came (the run took everything before it).
+        key = _key_values(item.scope, item.thread_id, item.kind)
         released = conn.execute(
             sa.update(pending)
             .where(_is_key(key), pending.c.lease_owner == self.owner)
@@ -705,6 +723,36 @@ def _kind(item: Enqueued) -> str:
 
 def _is_key(key: dict[str, str]) -> sa.ColumnElement[bool]:
     return sa.and_(*(pending.c[name] == value for name, value in key.items()))
+
+
+# The hot statements of a run, built once (their parameters named key_<column>, owner, …).
+_KEY_COLUMNS = ("tenant_id", "user_id", "agent_name", "thread_id", "kind")
+_IS_BOUND_KEY = sa.and_(*(pending.c[name] == sa.bindparam(f"key_{name}") for name in _KEY_COLUMNS))
+_LEASE = (
+    sa.update(pending)
+    .where(_IS_BOUND_KEY)
+    .values(
+        lease_owner=sa.bindparam("owner"),
+        lease_until=sa.bindparam("until"),
+        attempts=pending.c.attempts + 1,
+    )
+)
+_DELETE_RUN = sa.delete(pending).where(
+    _IS_BOUND_KEY,
+    pending.c.generation == sa.bindparam("generation"),
+    pending.c.lease_owner == sa.bindparam("owner"),
+)
+
+
+def _by_key(scope: Scope, thread_id: str, kind: str) -> dict[str, Any]:
+    """The parameters of :data:`_IS_BOUND_KEY` for one row."""
+    return {
+        "key_tenant_id": scope.tenant_id,
+        "key_user_id": scope.user_id,
+        "key_agent_name": scope.agent_key,
+        "key_thread_id": thread_id,
+        "key_kind": kind,
+    }
 
 
 def _leased(lease_until: datetime | None, now: datetime) -> bool:

@@ -5,8 +5,11 @@ becomes claimable (a due time, or the end of another process's lease): the worke
 there is work, with no polling. ``sweep`` runs every ``sweep_interval`` seconds and catches what
 no local wake-up covers: rows queued by other processes, leases left by dead ones. Both claim as
 many due rows as the pool has free threads and hand them to the pool; a finished run claims
-more. Wake-ups never miss: jobs have no misfire grace limit, and a wake-up asked for while one
-runs makes that one go round again instead of being skipped. While a run goes on, its lease
+more. While runs are quick (under a second on average: an LLM that answers at once), a claim
+also takes as many rows again to wait for a thread, so one claim serves a pool's worth of runs
+instead of one, and a row claimed ahead waits here for about one run. Wake-ups never miss:
+jobs have no misfire grace limit, and a wake-up asked for while one runs makes that one go round
+again instead of being skipped. While a run goes on, its lease
 is renewed every third of ``lease_seconds``, so a slow LLM never lets a second worker take it.
 """
 
@@ -35,6 +38,8 @@ Run = Callable[[PendingUpdate], "RunOutcome"]
 RETRY_AFTER_ERROR_SECONDS = 5.0
 CONFLICT_RETRY_SECONDS = (1.0, 5.0)
 """A run given back after version conflicts runs again after a random delay in this range."""
+QUICK_RUN_SECONDS = 1.0
+"""Runs taking less than this on average (a moving average) are claimed a pool ahead."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,7 @@ class UpdateWorker:
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._in_flight = 0
+        self._run_seconds: float | None = None  # moving average of recent runs
         self._running: dict[int, PendingUpdate] = {}
         self._waiting: dict[int, tuple[Future[None], PendingUpdate]] = {}
         self._next_wake: datetime | None = None
@@ -118,9 +124,10 @@ class UpdateWorker:
         self._scheduler.add_job(job, "interval", seconds=seconds, id=name, name=name)
 
     def _renew(self) -> None:
-        """Keep the leases of runs still going, however long the LLM takes."""
+        """Keep the leases of runs still going (and of rows claimed to wait for a thread),
+        however long the LLM takes."""
         with self._lock:
-            running = list(self._running.values())
+            running = [*self._running.values(), *(item for _, item in self._waiting.values())]
         try:
             self.queue.renew(running)
         except MemorySQLError as exc:
@@ -188,21 +195,24 @@ class UpdateWorker:
                 self._schedule(utcnow() + timedelta(seconds=RETRY_AFTER_ERROR_SECONDS))
 
     def _drain(self) -> int:
-        """Claim due rows for the free threads and start them; returns free threads left."""
+        """Claim due rows for the free threads (and, while runs are quick, as many again to
+        wait for one) and start them; returns free threads left."""
         with self._lock:
             free = self.workers - self._in_flight
             if self._stopping or free <= 0:
                 return max(free, 0)
-            self._in_flight += free  # reserved: stop() waits for this claim to end
+            quick = self._run_seconds is not None and self._run_seconds < QUICK_RUN_SECONDS
+            wanted = free + self.workers if quick else free
+            self._in_flight += wanted  # reserved: stop() waits for this claim to end
         try:
-            items = self.queue.claim(free)
+            items = self.queue.claim(wanted)
         except BaseException:
             with self._lock:
-                self._in_flight -= free
+                self._in_flight -= wanted
                 self._idle.notify_all()
             raise
         with self._lock:
-            self._in_flight -= free - len(items)
+            self._in_flight -= wanted - len(items)
             stopping = self._stopping
             if not stopping:
                 for item in items:
@@ -211,12 +221,13 @@ class UpdateWorker:
         if stopping:  # stop() came during the claim: the rows go back unrun
             for item in items:
                 self._give_back(item)
-        return free - len(items)
+        return max(free - len(items), 0)
 
     def _process(self, item: PendingUpdate) -> None:
         with self._lock:
             self._waiting.pop(id(item), None)
             self._running[id(item)] = item
+        started = time.monotonic()
         try:
             try:
                 outcome = self.run(item)
@@ -227,7 +238,10 @@ class UpdateWorker:
                 outcome = RunOutcome(False, f"{type(exc).__name__}: {exc}")
             self._record_outcome(item, outcome)
         finally:
+            took = time.monotonic() - started
             with self._lock:
+                average = self._run_seconds
+                self._run_seconds = took if average is None else 0.8 * average + 0.2 * took
                 self._running.pop(id(item), None)
                 self._in_flight -= 1
                 self._idle.notify_all()

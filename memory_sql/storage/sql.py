@@ -188,6 +188,23 @@ def _placeholder_key(fact_id: str) -> str:
     return "~" + hashlib.sha256(fact_id.encode("utf-8")).hexdigest()[:63]
 
 
+@functools.cache
+def _insert_new_scope(dialect: str) -> Any:
+    """A new memory's head row at version 1 (``now``), unless the scope has one: built once."""
+    return (
+        _insert_ignoring_conflict(dialect)
+        .values(
+            tenant_id=sa.bindparam("scope_tenant"),
+            user_id=sa.bindparam("scope_user"),
+            agent_name=sa.bindparam("scope_agent"),
+            version=1,
+            created_at=sa.bindparam("now"),
+            updated_at=sa.bindparam("now"),
+        )
+        .returning(memory_scopes.c.created_at)
+    )
+
+
 def _insert_ignoring_conflict(dialect: str) -> Any:
     if dialect == "postgresql":
         return postgresql.insert(memory_scopes).on_conflict_do_nothing()
@@ -988,12 +1005,8 @@ class SQLStorage(MemoryStorage):
         Returns the scope's creation time and its document as stored at ``expected_version``.
         """
         if expected_version == 0:
-            insert = (
-                _insert_ignoring_conflict(self.engine.dialect.name)
-                .values(**_scope_values(scope), version=1, created_at=now, updated_at=now)
-                .returning(memory_scopes.c.created_at)
-            )
-            if conn.execute(insert).first() is None:
+            insert = _insert_new_scope(self.engine.dialect.name)
+            if conn.execute(insert, {**_scope_params(scope), "now": now}).first() is None:
                 self._conflict(conn, scope, expected_version)
             return now, MemoryDocument()
         created_at = conn.execute(

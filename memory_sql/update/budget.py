@@ -9,23 +9,29 @@ process's own calls since that reading added, so a burst cannot run far past the
 
 An update over budget is not run and not lost: the worker gives its row back to wait (its
 attempt not counted), with a note saying so as its ``last_error``, until the budget allows it
-(the next UTC day, or a higher limit), re-checked every :data:`RECHECK_SECONDS`.
+(the next UTC day, or a higher limit), re-checked every :data:`RECHECK_SECONDS`. Each hold is
+counted per tenant and day in ``memory_llm_budget_holds`` (revision 0014), which
+``memory_report_llm_usage`` shows as ``held_over_budget``.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 
 from ..database import database_errors
 from ..models import utcnow
-from ..schema import memory_llm_calls
+from ..schema import memory_llm_budget_holds, memory_llm_calls
 from ..tenancy import acting_for
+
+logger = logging.getLogger(__name__)
 
 REREAD_SECONDS = 5.0
 """How long one reading of a tenant's usage of the day is used (plus this process's calls)."""
@@ -75,6 +81,39 @@ class LLMBudget:
             f"over the tenant's daily memory-LLM budget ({used} used today): the update waits "
             f"until {next_day(now).strftime('%Y-%m-%dT%H:%MZ')}"
         )
+
+    def hold(self, tenant_id: str, reason: str, *, now: datetime | None = None) -> None:
+        """Count an update of ``tenant_id`` held back for ``reason`` (what :meth:`over` said):
+        here, and in the day's row of ``memory_llm_budget_holds``. A failure to write the
+        count is logged, never raised: the update waits all the same."""
+        now = now or utcnow()
+        with self._lock:
+            self.refused += 1
+        if self.engine is None:
+            return
+        insert = (postgresql if self.engine.dialect.name == "postgresql" else sqlite).insert(
+            memory_llm_budget_holds
+        )
+        holds = memory_llm_budget_holds.c
+        statement = insert.values(
+            tenant_id=tenant_id, day=now.date(), holds=1, last_held_at=now, last_reason=reason
+        ).on_conflict_do_update(
+            index_elements=[holds.tenant_id, holds.day],
+            set_={
+                "holds": holds.holds + 1,
+                "last_held_at": insert.excluded.last_held_at,
+                "last_reason": insert.excluded.last_reason,
+            },
+        )
+        try:
+            with (
+                database_errors(self.engine, "count an update held by the LLM budget"),
+                acting_for(tenant_id),
+                self.engine.begin() as conn,
+            ):
+                conn.execute(statement)
+        except Exception as exc:
+            logger.warning("memory_sql: cannot count a hold of tenant %r: %s", tenant_id, exc)
 
     def spent(self, tenant_id: str, calls: int, tokens: int) -> None:
         """This process's call, counted until the next reading of the table."""

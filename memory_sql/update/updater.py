@@ -90,6 +90,8 @@ from .parser import (
 from .prompt import build_update_prompt
 
 logger = logging.getLogger(__name__)
+_INSERT_CALL = memory_llm_calls.insert()
+"""The usage row of one LLM call (its values bound per call: one compiled statement)."""
 
 MAX_SAVE_ATTEMPTS = 6
 CONFLICT_BACKOFF_SECONDS = 0.05
@@ -677,25 +679,26 @@ class _Run:
         assert usage is not None
         ok = outcome == "ok"
         connection.execute(
-            memory_llm_calls.insert().values(
-                tenant_id=self.scope.tenant_id,
-                user_id=self.scope.user_id,
-                agent_name=self.scope.agent_name or "",  # "" for unnamed agents, as stored
-                call_id=uuid.uuid4().hex,
-                thread_id=self.thread_id,
-                model=usage.model[:256],
-                called_at=utcnow(),
-                prompt_tokens=usage.prompt_tokens,
-                completion_tokens=usage.completion_tokens,
-                tokens_counted=usage.counted,
-                latency_ms=usage.latency_ms,
-                outcome=outcome,
-                error=error,
-                stale_offered=len(self.offer.stale) if self.offer is not None else 0,
-                stale_removed=len(self.aging.stale_removed) if ok else 0,
-                stale_extended=len(self.aging.stale_extended) if ok else 0,
-                facts_merged=len(self.aging.consolidated) if ok else 0,
-            )
+            _INSERT_CALL,
+            {
+                "tenant_id": self.scope.tenant_id,
+                "user_id": self.scope.user_id,
+                "agent_name": self.scope.agent_name or "",  # "" for unnamed agents, as stored
+                "call_id": uuid.uuid4().hex,
+                "thread_id": self.thread_id,
+                "model": usage.model[:256],
+                "called_at": utcnow(),
+                "prompt_tokens": usage.prompt_tokens,
+                "completion_tokens": usage.completion_tokens,
+                "tokens_counted": usage.counted,
+                "latency_ms": usage.latency_ms,
+                "outcome": outcome,
+                "error": error,
+                "stale_offered": len(self.offer.stale) if self.offer is not None else 0,
+                "stale_removed": len(self.aging.stale_removed) if ok else 0,
+                "stale_extended": len(self.aging.stale_extended) if ok else 0,
+                "facts_merged": len(self.aging.consolidated) if ok else 0,
+            },
         )
 
     def record(self, outcome: str, error: str | None = None) -> None:

@@ -107,6 +107,18 @@ def test_backend_config_keys_and_deerflows_names(tmp_path: Path) -> None:
     assert read_backend_config({}).own_llm is False
 
 
+def test_the_spool_lives_in_the_hosts_state_folder_whatever_the_database(tmp_path: Path) -> None:
+    """Conversations waiting out a database outage go where DeerFlow keeps its state (a
+    volume that outlives the container), not the container user's home."""
+    for url in ("postgresql+psycopg://u@db/memory", None):
+        given = {"storage_path": str(tmp_path), **({"url": url} if url else {})}
+        assert read_backend_config(given).config.spool_dir == tmp_path / "memory_sql.spool"
+    mine = tmp_path / "elsewhere"
+    given = {"storage_path": str(tmp_path), "spool_dir": str(mine)}
+    assert read_backend_config(given).config.spool_dir == mine
+    assert read_backend_config({"url": "postgresql+psycopg://u@db/m"}).config.spool_dir is None
+
+
 @pytest.mark.parametrize(
     ("backend_config", "named"),
     [

@@ -15,6 +15,9 @@ Keys (all optional)::
 - ``url``: the database (``sqlite:///…`` or ``postgresql+psycopg://…``; ``storage`` and
   ``database_url``, MemoryConfig's names, mean the same). Default: a SQLite file
   ``memory_sql.db`` in ``storage_path``, the state folder DeerFlow injects.
+- ``spool_dir`` (MemoryConfig's): where conversations wait while the database cannot take
+  them. Default: ``memory_sql.spool`` in ``storage_path``, whatever the database, so they
+  survive a restart of DeerFlow's container along with its state folder.
 - ``tenant_id``: the tenant every memory of this DeerFlow belongs to.
 - ``in_process_worker``: whether the backend runs the queued updates itself (``workers``
   threads), or leaves them to ``memory-sql worker`` processes on the same database.
@@ -49,6 +52,7 @@ from ...scope import Scope
 
 PREFIX = "memory.backend_config"
 DATABASE_FILE = "memory_sql.db"
+SPOOL_FOLDER = "memory_sql.spool"
 
 _OWN_KEYS = ("url", "tenant_id", "in_process_worker", "storage_path", "model")
 _URL_KEYS = ("url", "storage", "database_url")
@@ -122,6 +126,10 @@ def read_backend_config(backend_config: Mapping[str, Any] | None) -> BackendSett
         )
     settings.update(_model_block(given.get("model"), settings))
     settings["storage"] = _url(given)
+    folder = given.get("storage_path")
+    if "spool_dir" not in settings and isinstance(folder, (str, Path)) and folder != "":
+        # DeerFlow's state folder outlives its container; the user's home inside it may not.
+        settings["spool_dir"] = Path(folder) / SPOOL_FOLDER
     tenant = given.get("tenant_id", "default")
     try:
         tenant_id = Scope.of(tenant_id=tenant).tenant_id
