@@ -894,7 +894,7 @@ def main() -> int:
 
 
 CLOSED_VERSIONS = 2000
-BEFORE_ROUNDS = 3
+BEFORE_ROUNDS = 5
 
 
 def versus_before(before: str, args: list[str]) -> int:

@@ -241,7 +241,7 @@ class MemoryUpdate(_Strict):
         max_length=_LIST_CAP,
     )
 
-    _aging_ids = field_validator("facts_to_reinforce", mode="before")(review.read_ids)
+    _ids = field_validator("facts_to_remove", "facts_to_reinforce", mode="before")(review.read_ids)
 
     @field_validator(
         "stale_facts_to_remove", "stale_facts_to_extend", "facts_to_consolidate", mode="before"
@@ -251,22 +251,6 @@ class MemoryUpdate(_Strict):
         if isinstance(value, list):  # a bare id stands for {"id": …}
             return [{"id": item} if isinstance(item, str) else item for item in value]
         return [] if value is None else value
-
-    @field_validator("facts_to_remove", mode="before")
-    @classmethod
-    def _ids(cls, value: Any) -> Any:
-        if value is None:
-            return []
-        if not isinstance(value, list):
-            return value
-        ids = []
-        for item in value:
-            if isinstance(item, dict):
-                item = item.get("id", item.get("factId", item.get("fact_id")))
-            if not isinstance(item, str):
-                raise ValueError(f"a fact id must be a string, not {type(item).__name__}")
-            ids.append(item.strip())
-        return ids
 
     def proposed_sections(self) -> dict[str, SectionUpdate]:
         """The sections the reply would rewrite (marked ``shouldUpdate``, non-blank summary),
