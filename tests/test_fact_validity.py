@@ -621,3 +621,14 @@ def test_the_migration_keeps_facts_and_goes_down_to_its_parent(before_engine):
         left = conn.exec_driver_sql("SELECT count(*) FROM memory_facts").scalar()
         views = conn.exec_driver_sql("SELECT count(*) FROM memory_report_categories").scalar()
     assert left == (0 if store is not None else 1) and views == left
+
+
+def test_an_id_used_again_after_its_fact_was_closed_is_stored(store):
+    doc = _save(store, Fact(id="fact_again", content="Old text", confidence=0.9))
+    doc.facts = []
+    store.save(doc, **SCOPE)
+    doc = _save(store, Fact(id="fact_again", content="New text", confidence=0.9))
+    assert [(f.id, f.content) for f in doc.facts] == [("fact_again", "New text")]
+    assert set(_rows(store)) == {"fact_again"}
+    events, _ = history.change_log(store.engine, Scope.of(**SCOPE), fact_id="fact_again")
+    assert [e["event"] for e in events] == ["added", "removed", "added"]

@@ -259,6 +259,17 @@ def _document(
 _KIND = operator.itemgetter(0)
 
 
+class _IdTaken(Exception):
+    """A new fact's id is held by a row (a closed version, or a repeated id): the save is
+    tried again making way for it."""
+
+
+def _id_taken(exc: BaseException) -> bool:
+    """Whether ``exc`` is the facts' primary key refusing an id."""
+    text = str(getattr(exc, "orig", None) or exc)
+    return "pk_memory_facts" in text or "memory_facts.fact_id" in text
+
+
 def _writable_at_once(changes: Changes) -> bool:
     """Whether the writes of ``changes`` may run in any order (the sub-statements of one
     PostgreSQL statement do): no key moves between facts within the save."""
@@ -556,6 +567,9 @@ _CLOSE_FACT = (
         superseded_by=sa.bindparam("w_superseded_by", type_=sa.String),
     )
 )
+_DROP_CLOSED_ID = sa.delete(memory_facts).where(
+    _by_fact_id(memory_facts), memory_facts.c.valid_to.is_not(None)
+)
 _PURGE_CLOSED = sa.delete(memory_facts).where(
     memory_facts.c.valid_to.is_not(None),
     memory_facts.c.valid_to < sa.bindparam("before", type_=UTCDateTime),
@@ -598,7 +612,7 @@ _INSERT_SECTION = sa.insert(memory_sections)
 
 
 def _write_plan(
-    scope: Scope, changes: Changes, version: int, now: datetime
+    scope: Scope, changes: Changes, version: int, now: datetime, make_way: bool = False
 ) -> list[tuple[sa.Executable, list[dict[str, Any]]]]:
     """The statements that write ``changes`` (making ``version`` at ``now``), in the order they
     must run, each with its rows. Deletes and updates go before inserts, so a fact may take
@@ -632,6 +646,11 @@ def _write_plan(
                 {**where, **{f"w_{name}": row[name] for name in ("fact_id", *_UPDATED_COLUMNS)}}
             )
         plan.append((_UPDATE_FACT, rows))
+    if make_way:
+        # a closed version holding the id of a new fact (an id used again, after a clear, by
+        # an import) gives way: its text stays in the events
+        reused = [{**where, "w_fact_id": fact.id} for fact in changes.inserted]
+        plan.append((_DROP_CLOSED_ID, reused))
     if changes.inserted or changes.archived:
         rows = [_fact_row(scope, fact) for fact in (*changes.inserted, *changes.archived)]
         plan.append((_INSERT_FACT, rows))
@@ -863,16 +882,28 @@ class SQLStorage(MemoryStorage):
             saved = self._save_from_cache(scope, doc, expected_version, now)
             if saved is not None:
                 return saved
-        with self._write_transaction(scope, doc) as conn:
-            created_at, base = self._claim(conn, scope, expected_version, now)
-            changes = diff_documents(base, doc, now)
-            if not changes:
-                conn.rollback()
-                return expected_version
-            new_version = expected_version + 1
-            self._write(conn, scope, changes, new_version, now)
-            if in_transaction is not None:
-                in_transaction(conn)
+        make_way = False
+        while True:
+            try:
+                with self._write_transaction(scope, doc) as conn:
+                    created_at, base = self._claim(conn, scope, expected_version, now)
+                    changes = diff_documents(base, doc, now)
+                    if not changes:
+                        conn.rollback()
+                        return expected_version
+                    new_version = expected_version + 1
+                    try:
+                        self._write(conn, scope, changes, new_version, now, make_way)
+                    except sa_exc.IntegrityError as exc:
+                        if make_way or not changes.inserted or not _id_taken(exc):
+                            raise
+                        raise _IdTaken from exc  # rolled back; again, making way
+                    if in_transaction is not None:
+                        in_transaction(conn)
+            except _IdTaken:
+                make_way = True
+                continue
+            break
         stored = apply_changes(base, changes, new_version, now)
         self._cache.put(scope, (new_version, created_at), stored)
         return new_version
@@ -904,7 +935,11 @@ class SQLStorage(MemoryStorage):
                 written = self._write_by_driver_on_sqlite(
                     scope, changes, expected_version, created_at, now
                 )
-        except Exception:  # as memory_sql's errors (no context manager on the way in)
+        except Exception as exc:  # as memory_sql's errors (no context manager on the way in)
+            if changes.inserted and _id_taken(exc):
+                # An id a closed version holds, given to a new fact: the transactional path
+                # (the one statement wrote nothing) makes way for it.
+                return None
             with self._errors(scope, doc):
                 raise
         if not written:
@@ -1024,9 +1059,15 @@ class SQLStorage(MemoryStorage):
         raise VersionConflictError(str(scope), expected_version, actual)
 
     def _write(
-        self, conn: Connection, scope: Scope, changes: Changes, version: int, now: datetime
+        self,
+        conn: Connection,
+        scope: Scope,
+        changes: Changes,
+        version: int,
+        now: datetime,
+        make_way: bool = False,
     ) -> None:
-        for statement, rows in _write_plan(scope, changes, version, now):
+        for statement, rows in _write_plan(scope, changes, version, now, make_way):
             conn.execute(statement, rows)
 
     # cache and errors ------------------------------------------------------------------------
