@@ -2,12 +2,22 @@
 the per-key debounce saves, on the real queue table; and (PostgreSQL) the worker's throughput
 against intake in the same run.
 
-    .venv/bin/python benchmarks/bench_queue.py [--throughput-only]
+    .venv/bin/python benchmarks/bench_queue.py [--throughput-only | --wakeups-only | --notify-only]
 
 Throughput: 16 threads queue 2 000 conversations of 2 000 users (``after_agent``), timed:
 intake per second. Then 2 worker processes × 8 threads (``memory-sql worker``'s service) drain
 them through the scripted chat-completions server of ``tests/llm_server.py``, which answers at
 once: updates per second from the first LLM call to the empty queue, and the ratio to intake.
+
+Wake-ups (SQLite and PostgreSQL): posted → learned, the time from queueing a conversation in a
+process that runs no updates (the API's side of the README's layout) to its memory's save,
+minus the time it was due at (immediate: at once; debounced: 1 s later), for a separate
+``memory-sql worker`` process (its sweep at the default 60 s, so only a wake-up explains
+seconds) against the in-process worker of a service that queues them itself, in the same run.
+Each arm's first update is a warm-up, not counted: a process's first update imports ``openai``
+and builds its client (a second or more on a loaded machine), whoever woke it. Goals: p99 at
+most 1 s above the due time on PostgreSQL, 2 s on SQLite. What the NOTIFY triggers cost an
+enqueue: one add, and 16 threads adding, with the triggers enabled and disabled in turn.
 
 LLM calls are counted on a simulated clock (every enqueue and claim takes an explicit ``now``),
 so a two-hour day of traffic runs in seconds: 100 conversations over 10 keys, each key talking
@@ -229,7 +239,162 @@ def throughput(url: str) -> None:
     print(f"  drain / intake                            {rate / intake:7.2f}")
 
 
+WAKE_SAMPLES = {"immediate": 30, "debounced": 15}
+WAKE_DEBOUNCE = 1.0
+WAKE_GOALS = {"sqlite": 2.0, "postgresql": 1.0}
+
+
+def wakeups(name: str, url: str) -> None:
+    """Posted → learned above the due time, separate worker against in-process (see the module
+    docstring)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from llm_server import ScriptedLLM
+    from test_service import chat, learn
+    from worker_process import WorkerProcess
+
+    from memory_sql import MemoryConfig
+    from memory_sql.service import MemoryService
+
+    migrations.upgrade(url)
+    settings = {
+        "storage": url,
+        "model_name": "m",
+        "llm_api_key": "k",
+        "llm_max_retries": 0,
+        "token_counting": False,
+        "sweep_interval_seconds": 60.0,
+        "workers": 2,
+    }
+    lateness: dict[tuple[str, str], list[float]] = {}
+    rng = random.Random(5)
+    with ScriptedLLM() as llm, tempfile.TemporaryDirectory() as folder:
+        llm.responder = learn
+        settings["llm_base_url"] = llm.base_url
+
+        def measure(arm: str, start: bool) -> None:
+            for mode, samples in WAKE_SAMPLES.items():
+                debounce = WAKE_DEBOUNCE if mode == "debounced" else 0.0
+                config = MemoryConfig(**settings, debounce_seconds=debounce)
+                with MemoryService(config, start=start) as service:
+                    late = lateness.setdefault((arm, mode), [])
+                    for n in range(-1, samples):  # -1: a warm-up (a process's first update
+                        # builds the LLM client and imports openai: seconds, once), not counted
+                        user = f"{arm.split()[0]}-{mode}-{n}-{time.monotonic_ns()}"
+                        time.sleep(rng.uniform(0.1, 0.4))  # an idle worker, any phase
+                        posted = time.monotonic()
+                        service.queue_conversation(
+                            chat("tea"), thread_id="t", user_id=user, immediate=not debounce
+                        )
+                        while service.storage.load(user_id=user).version == 0:
+                            if time.monotonic() - posted > 90:
+                                raise RuntimeError(f"{arm}: {user} not learned in 90 s")
+                            time.sleep(0.005)
+                        if n >= 0:
+                            late.append(time.monotonic() - posted - debounce)
+
+        with WorkerProcess(Path(folder), settings):
+            time.sleep(1.0)
+            measure("separate worker", start=False)
+        measure("in-process worker", start=True)
+    goal = WAKE_GOALS[name]
+    print(f"\n{name}: posted -> learned, seconds above the due time (p50 / p99)")
+    for mode, samples in WAKE_SAMPLES.items():
+        inner = _percentiles(lateness[("in-process worker", mode)])
+        outer = _percentiles(lateness[("separate worker", mode)])
+        passed = outer[1] <= goal
+        print(
+            f"  {mode:9} ({samples} each)  in-process {inner[0]:6.3f} / {inner[1]:6.3f}   "
+            f"separate worker {outer[0]:6.3f} / {outer[1]:6.3f}   "
+            f"p99 ratio {outer[1] / inner[1]:5.2f}x   goal p99 <= {goal:g} s: "
+            f"{'PASS' if passed else 'FAIL'}"
+        )
+
+
+NOTIFY_TRIGGERS = ("memory_pending_updates_notify_insert", "memory_pending_updates_notify_update")
+
+
+def notify_cost(url: str) -> None:
+    """What revision 0015's NOTIFY triggers cost an enqueue on PostgreSQL: one add's median
+    latency; 16 threads adding new keys at once (NOTIFY serialises the commits that send one);
+    16 threads merging turns into keys already waiting (which notify nothing); with the
+    triggers and with them disabled, alternating, 3 rounds each, in the same run."""
+    import threading
+
+    engine = create_engine(url, pool_size=20)
+    migrations.upgrade(engine)
+    queue = UpdateQueue(engine, debounce_seconds=DEBOUNCE)
+    results: dict[bool, list[tuple[float, float, float]]] = {True: [], False: []}
+
+    def concurrently(name: str) -> float:
+        def adds(worker: int) -> None:
+            for i in range(100):
+                user = f"{name}-{worker}" if name.startswith("merge") else f"{name}-{worker}-{i}"
+                queue.add(Scope.of(user_id=user), "t", CONVERSATION, Signals())
+
+        threads = [threading.Thread(target=adds, args=(n,)) for n in range(16)]
+        started = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return 1600 / (time.perf_counter() - started)
+
+    for round_number in range(6):
+        enabled = round_number % 2 == 0
+        with engine.begin() as conn:
+            conn.execute(sa.delete(pending))
+            for name in NOTIFY_TRIGGERS:
+                state = "ENABLE" if enabled else "DISABLE"
+                conn.exec_driver_sql(f"ALTER TABLE memory_pending_updates {state} TRIGGER {name}")
+        times = []
+        for i in range(200):
+            start = time.perf_counter()
+            queue.add(Scope.of(user_id=f"one-{round_number}-{i}"), "t", CONVERSATION, Signals())
+            times.append(time.perf_counter() - start)
+        times.sort()
+        new_keys = concurrently(f"new-{round_number}")
+        merges = concurrently(f"merge-{round_number}")
+        results[enabled].append((times[len(times) // 2], new_keys, merges))
+    with engine.begin() as conn:
+        for name in NOTIFY_TRIGGERS:
+            conn.exec_driver_sql(f"ALTER TABLE memory_pending_updates ENABLE TRIGGER {name}")
+    engine.dispose()
+    print("\nPostgreSQL enqueue with the NOTIFY triggers against without (3 rounds each, medians)")
+    (on_add, on_new, on_merge), (off_add, off_new, off_merge) = (
+        tuple(sorted(v)[1] for v in zip(*results[flag], strict=True)) for flag in (True, False)
+    )
+    print(
+        f"  one add (a new key)        with {fmt(on_add)}   without {fmt(off_add)}   "
+        f"ratio {on_add / off_add:.2f}x"
+    )
+    print(
+        f"  16 threads adding new keys with {on_new:6.0f}/s  without {off_new:6.0f}/s  "
+        f"ratio {on_new / off_new:.2f}x"
+    )
+    print(
+        f"  16 threads merging turns   with {on_merge:6.0f}/s  without {off_merge:6.0f}/s  "
+        f"ratio {on_merge / off_merge:.2f}x"
+    )
+
+
+def _percentiles(values: list[float]) -> tuple[float, float]:
+    ordered = sorted(values)
+    pick = [ordered[min(len(ordered) - 1, int(q * len(ordered)))] for q in (0.5, 0.99)]
+    return pick[0], pick[1]
+
+
 def main() -> None:
+    if "--notify-only" in sys.argv:
+        with scratch_postgres() as pg:
+            if pg is not None:
+                notify_cost(pg)
+        return
+    if "--wakeups-only" in sys.argv:
+        with tempfile.TemporaryDirectory() as tmp, scratch_postgres() as pg:
+            wakeups("sqlite", f"sqlite:///{tmp}/wake.db")
+            if pg is not None:
+                wakeups("postgresql", pg)
+        return
     if "--throughput-only" in sys.argv:
         with scratch_postgres() as pg:
             if pg is not None:
@@ -267,8 +432,11 @@ def main() -> None:
             f"    memory_sql per-key debounce {calls:4d} calls   wait {longest:4.0f} s"
             f"   ({1 - calls / 100:.0%} fewer calls than no debounce)"
         )
-    with scratch_postgres() as pg:
+    with tempfile.TemporaryDirectory() as tmp, scratch_postgres() as pg:
+        wakeups("sqlite", f"sqlite:///{tmp}/wake.db")
         if pg is not None:
+            wakeups("postgresql", pg)
+            notify_cost(pg)
             throughput(pg)
 
 

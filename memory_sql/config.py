@@ -157,7 +157,8 @@ class MemoryConfig(BaseModel):
     than ``max_debounce_seconds`` after its first pending one. The queue: ``workers`` threads
     claim due work for ``lease_seconds``; a failed run is retried after
     ``retry_backoff_seconds`` (the worker may grow it) up to ``max_attempts`` runs in all;
-    every ``sweep_interval_seconds`` the scheduler looks for due and abandoned work. While
+    every ``sweep_interval_seconds`` the scheduler looks for due and abandoned work (other
+    processes' rows wake it at once: :mod:`memory_sql.queue.wakeups`). While
     the queue's database cannot be written, up to ``spool_max_conversations`` conversations,
     and ``spool_max_per_tenant`` of one tenant, wait in a spool file on local disk, synced
     before the conversation is acknowledged, in ``spool_dir`` (default: next to a SQLite

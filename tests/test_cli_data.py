@@ -518,6 +518,7 @@ def test_report_numbers_match_the_seeded_database(url):
         "llm_calls": 0,
         "prompt_tokens": 0,
         "completion_tokens": 0,
+        "held_over_budget": 0,
     }
     assert data["llm_usage"] == []
     categories = {row["category"]: row for row in data["categories"]}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import db, demo, facts, keys, queue, report, run, serve, transfer  # noqa: F401  (importing registers)
+from . import db, demo, facts, keys, llm, queue, report, run, serve, transfer  # noqa: F401  (importing registers)
 from ._common import app
 
 

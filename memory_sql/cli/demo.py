@@ -1,7 +1,10 @@
-"""``memory-sql demo``: the whole pipeline at work on a fresh SQLite file, with no setup."""
+"""``memory-sql demo``: the whole pipeline at work on a fresh SQLite file, with no setup; with
+``--serve``, the HTTP service on that file, learning from the recorded replies while a newcomer
+posts the sample conversations with curl."""
 
 from __future__ import annotations
 
+import json
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Annotated
@@ -24,8 +27,10 @@ from ..service import MemoryService
 from ..update.prompt import SECTION_KEYS
 from ._common import ConfigOption, app, command, lit, load_config, out
 from .run import leftover_updates
+from .serve import serve as serve_command
 
 DEFAULT_URL = "sqlite:///memory_sql_demo.db"
+DEMO_TENANT = "demo"
 
 
 @command(app, "demo")
@@ -43,6 +48,26 @@ def demo(
             "--replay", help="Replay the recorded model responses even if an LLM is configured."
         ),
     ] = False,
+    serve: Annotated[
+        bool,
+        typer.Option(
+            "--serve",
+            help="Serve the HTTP API on the fresh file instead, with the replayed model, and "
+            "print the curl commands that post the sample conversations.",
+        ),
+    ] = False,
+    host: Annotated[str, typer.Option("--host", help="With --serve: the address.")] = "127.0.0.1",
+    port: Annotated[
+        int, typer.Option("--port", min=1, max=65535, help="With --serve: the port.")
+    ] = 8080,
+    with_worker: Annotated[
+        bool,
+        typer.Option(
+            "--with-worker/--no-worker",
+            help="With --serve: run the updates in the service, or leave them to a "
+            "`memory-sql worker --config <file>.yaml` (the demo's config, written next to it).",
+        ),
+    ] = True,
 ) -> None:
     """Feed sample conversations through the real pipeline and show the memory.
 
@@ -54,9 +79,15 @@ def demo(
     asks it; with none it replays recorded model responses through a local
     chat-completions server.
 
+    With --serve nothing is fed: the HTTP service runs on the fresh file (with
+    the recorded responses replayed, always, the worker in-process unless --no-worker) until Ctrl-C,
+    and the demo prints an API key and the curl commands that post each sample
+    conversation and read the memory block.
+
     Example:
         memory-sql demo
         OPENAI_API_KEY=sk-... OPENAI_MODEL=gpt-4o-mini memory-sql demo
+        memory-sql demo --serve --port 8080
     """
     path = _fresh_sqlite_file(url)
     settings = load_config(config).model_copy(
@@ -75,7 +106,7 @@ def demo(
         engine.dispose()
     out.print(f"memory_sql demo: a fresh memory in {lit(path)}", highlight=False, soft_wrap=True)
     with ExitStack() as stack:
-        if replay or not _llm_configured(settings):
+        if serve or replay or not _llm_configured(settings):
             server = stack.enter_context(ReplayLLM(load_recordings()))
             settings = settings.model_copy(
                 update={
@@ -86,12 +117,16 @@ def demo(
                     "llm_timeout_seconds": 10.0,
                 }
             )
-            why = "--replay" if replay else "no LLM configured"
+            why = "--serve" if serve else "--replay" if replay else "no LLM configured"
             out.print(
                 f"[bold yellow]{why}: replaying recorded responses[/bold yellow] "
-                f"(memory_sql/demo/recorded_responses.json, served at {lit(server.base_url)}); "
-                "set model_name and llm_base_url, or OPENAI_MODEL and OPENAI_API_KEY, to use a "
-                "real model",
+                f"(memory_sql/demo/recorded_responses.json, served at {lit(server.base_url)})"
+                + (
+                    ""
+                    if serve
+                    else "; set model_name and llm_base_url, or OPENAI_MODEL and "
+                    "OPENAI_API_KEY, to use a real model"
+                ),
                 highlight=False,
             )
         else:
@@ -101,6 +136,9 @@ def demo(
                 highlight=False,
                 soft_wrap=True,
             )
+        if serve:
+            _serve(path, settings, host=host, port=port, with_worker=with_worker)
+            return
         service = stack.enter_context(MemoryService(settings))
         conversations = load_conversations()
         for number, sample in enumerate(conversations, 1):
@@ -114,6 +152,65 @@ def demo(
         highlight=False,
         soft_wrap=True,
     )
+
+
+def _serve(path: Path, settings: MemoryConfig, *, host: str, port: int, with_worker: bool) -> None:
+    """``memory-sql serve`` on the demo's file with ``settings`` (written next to it as a
+    config file, which a separate worker can be given), after printing how to use it."""
+    from ..server.keys import create_key
+
+    engine = create_engine(settings.storage)
+    try:
+        secret = create_key(engine, tenant_id=DEMO_TENANT, role="write")[1]
+    finally:
+        engine.dispose()
+    path = path.resolve()
+    folder = path.with_suffix(".requests")
+    folder.mkdir(exist_ok=True)
+    bodies = []
+    for sample in load_conversations():
+        body = {
+            "user_id": sample.user_id,
+            "agent_name": sample.agent_name,
+            "thread_id": sample.thread_id,
+            "messages": list(sample.messages),
+        }
+        file = folder / f"{sample.id}.json"
+        file.write_text(json.dumps(body, ensure_ascii=False, indent=2), encoding="utf-8")
+        bodies.append((sample, file))
+    config = path.with_suffix(".yaml")
+    written = settings.model_dump(mode="json", exclude_defaults=True)
+    written.update(storage=f"sqlite:///{path}", llm_api_key="not-needed")  # the replay's
+    config.write_text(json.dumps({"memory": written}, indent=2), encoding="utf-8")
+    base = f"http://{host}:{port}"
+    first = bodies[0][0]
+    agent = f"?agent_name={first.agent_name}" if first.agent_name else ""
+    lines = [
+        "",
+        f"API key of the tenant {DEMO_TENANT!r} (role write): {secret}",
+        f"The service's config: {config} (a separate worker: memory-sql worker --config {config})",
+        "",
+        "In another terminal, post the sample conversations one by one and watch the memory:",
+        "",
+        f"  KEY={secret}",
+        *(
+            f'  curl -s -X POST {base}/v1/conversations -H "Authorization: Bearer $KEY" '
+            f"-H 'Content-Type: application/json' --data @{file}   # {sample.title}"
+            for sample, file in bodies
+        ),
+        f"  curl -s '{base}/v1/users/{first.user_id}/context{agent}' "
+        f'-H "Authorization: Bearer $KEY"',
+        f"  curl -s '{base}/v1/users/{first.user_id}/facts{agent}' "
+        f'-H "Authorization: Bearer $KEY"',
+        "",
+        f"Serving on {base} (OpenAPI docs at {base}/docs) until Ctrl-C"
+        + ("" if with_worker else "; updates wait for `memory-sql worker`")
+        + ".",
+    ]
+    for line in lines:
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
+    out.file.flush()  # before the server's log, even into a pipe
+    serve_command(host=host, port=port, with_worker=with_worker, config=config)
 
 
 def _fresh_sqlite_file(url: str) -> Path:

@@ -26,3 +26,5 @@ from .transfer import import_scoped as import_scoped
 from .transfer import iter_jsonl as iter_jsonl
 from .transfer import parse_memory as parse_memory
 from .transfer import read_jsonl as read_jsonl
+from .users import UserSummary as UserSummary
+from .users import list_users as list_users

@@ -11,6 +11,11 @@ instead of one, and a row claimed ahead waits here for about one run. Wake-ups n
 jobs have no misfire grace limit, and a wake-up asked for while one runs makes that one go round
 again instead of being skipped. While a run goes on, its lease
 is renewed every third of ``lease_seconds``, so a slow LLM never lets a second worker take it.
+
+Work queued by other processes reaches the worker through a wake-up source
+(:mod:`memory_sql.queue.wakeups`): PostgreSQL notifications carrying the due time, or, on
+SQLite, a change of the file seen by a short poll, after which the next due time is read. The
+worker then wakes when that row is due, as it does for its own process's rows.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from ..database import OutageLog
 from ..errors import LeaseLostError, MemorySQLError
 from ..models import utcnow
 from .pending import PendingUpdate, UpdateQueue
+from .wakeups import ChangePoller, NotifyListener, wakeup_source
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +105,8 @@ class UpdateWorker:
         self.postponed = 0
         self.waited = 0  # runs given back unrun (over the LLM budget)
         self._outage = OutageLog("memory update worker")
+        self.wakeups: NotifyListener | ChangePoller | None = None
+        """What tells this worker of rows other processes queue (None before start)."""
 
     @property
     def in_flight(self) -> int:
@@ -117,6 +125,19 @@ class UpdateWorker:
             self._renew, "interval", seconds=renew_every, id="renew", name="renew"
         )
         self.notify(utcnow())
+        self.wakeups = wakeup_source(self.queue.engine, on_due=self.notify, on_change=self._look)
+        if self.wakeups is not None:
+            self.wakeups.start()
+
+    def _look(self) -> None:
+        """Something changed in the database, perhaps the queue: wake up when it is next due."""
+        try:
+            due = self.queue.next_due()
+        except MemorySQLError as exc:
+            self._outage.failed(exc)
+            return
+        if due is not None:
+            self.notify(due)
 
     def every(self, seconds: float, job: Callable[[], object], name: str) -> None:
         """Run ``job`` every ``seconds`` on the scheduler (started) as housekeeping; its
@@ -141,9 +162,18 @@ class UpdateWorker:
             if self._waking:
                 self._again = True
                 return
-            if self._next_wake is not None and self._next_wake <= due:
+            upcoming = self._upcoming()
+            if upcoming is not None and upcoming <= due:
                 return
             self._schedule(due)
+
+    def _upcoming(self) -> datetime | None:
+        """The wake-up scheduled and not yet due. One whose time has passed is not counted:
+        it fired, or fires in a moment, and may have met a wake-up running (which went round
+        again without it), so nothing later may wait for it."""
+        if self._next_wake is not None and self._next_wake > utcnow():
+            return self._next_wake
+        return None
 
     def _schedule(self, when: datetime) -> None:
         # A new job rather than moving the old one: APScheduler removes a date job itself
@@ -173,9 +203,8 @@ class UpdateWorker:
                     self._waking = False
                     self._idle.notify_all()
                     # With no free thread next_due is None: a finished run claims more instead.
-                    earlier = self._next_wake is None or (
-                        next_due is not None and next_due < self._next_wake
-                    )
+                    upcoming = self._upcoming()
+                    earlier = upcoming is None or (next_due is not None and next_due < upcoming)
                     if next_due is not None and earlier and not self._stopping:
                         self._schedule(next_due)
                     return
@@ -346,6 +375,8 @@ class UpdateWorker:
         process exit first, their rows are claimed again when the lease runs out."""
         with self._lock:
             self._stopping = True
+        if self.wakeups is not None:
+            self.wakeups.stop()
         if self._scheduler.running:
             # APScheduler 3 marks itself stopped before taking its job-store lock, so a job
             # being fired at that moment fails to remove itself and kills the scheduler thread

@@ -15,8 +15,9 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from ..config import MemoryConfig
-from . import errors
+from . import console, errors
 from .metrics import Metrics
+from .request_log import RequestLog
 from .requests import RequestMiddleware
 from .routes import conversations, facts, memory, operations, queue, reports
 from .state import ServerState
@@ -48,12 +49,15 @@ def create_app(config: MemoryConfig | None = None, *, with_worker: bool = True) 
         lifespan=lifespan,
     )
     errors.install(app)
+    app.state.request_log = RequestLog()
     app.add_middleware(
         RequestMiddleware,
         max_body_bytes=config.server_max_body_bytes,
         metrics=metrics,
         body_timeout=config.server_body_timeout_seconds,
+        request_log=app.state.request_log,
     )
     for module in (operations, conversations, memory, facts, queue, reports):
         app.include_router(module.router)
+    console.install(app)
     return app

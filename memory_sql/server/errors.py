@@ -107,6 +107,15 @@ _LIBRARY_ERRORS: tuple[tuple[type[BaseException], int, str], ...] = (
 )
 
 
+def library_status(exc: BaseException) -> tuple[int, str] | None:
+    """The status and code the service answers for the library's error ``exc`` (None: not one
+    of the documented bad-input or conflict errors)."""
+    for cls, status, code in _LIBRARY_ERRORS:
+        if isinstance(exc, cls):
+            return status, code
+    return None
+
+
 def install(app: FastAPI) -> None:
     """Register the handlers that turn every exception into the error shape."""
 

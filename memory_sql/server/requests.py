@@ -11,7 +11,8 @@
 - One access-log line per request (``memory_sql.server.access``, JSON): method (of the
   metrics' closed set), route
   template (never the path, which holds user ids), status, duration, key id and tenant.
-  No secrets and no message text.
+  No secrets and no message text. The same fields go to the ``request_log`` given (the web
+  console's :class:`~memory_sql.server.request_log.RequestLog`).
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ from typing import Any
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..models import utcnow
 from .errors import error_response, internal_error
 from .metrics import method_label
+from .request_log import LoggedRequest, RequestLog
 
 access_log = logging.getLogger("memory_sql.server.access")
 logger = logging.getLogger("memory_sql.server")
@@ -48,9 +51,16 @@ class RequestIdFilter(logging.Filter):
 
 class RequestMiddleware:
     def __init__(
-        self, app: ASGIApp, *, max_body_bytes: int, metrics: Any, body_timeout: float = 30.0
+        self,
+        app: ASGIApp,
+        *,
+        max_body_bytes: int,
+        metrics: Any,
+        body_timeout: float = 30.0,
+        request_log: RequestLog | None = None,
     ) -> None:
         self.app = app
+        self.request_log = request_log
         self.max_body_bytes = max_body_bytes
         self.metrics = metrics
         self.body_timeout = body_timeout
@@ -108,20 +118,29 @@ class RequestMiddleware:
         template = getattr(scope.get("route"), "path", None) or "unmatched"
         method = method_label(scope["method"])
         self.metrics.observe_request(method, template, status, elapsed)
-        access_log.info(
-            "%s",
-            json.dumps(
-                {
-                    "request_id": state["request_id"],
-                    "method": method,
-                    "route": template,
-                    "status": status,
-                    "ms": round(elapsed * 1000, 2),
-                    "key_id": state.get("key_id"),
-                    "tenant": state.get("tenant_id"),
-                }
-            ),
-        )
+        line = {
+            "request_id": state["request_id"],
+            "method": method,
+            "route": template,
+            "status": status,
+            "ms": round(elapsed * 1000, 2),
+            "key_id": state.get("key_id"),
+            "tenant": state.get("tenant_id"),
+        }
+        access_log.info("%s", json.dumps(line))
+        if self.request_log is not None:
+            self.request_log.add(
+                LoggedRequest(
+                    utcnow(),
+                    line["request_id"],
+                    method,
+                    template,
+                    status,
+                    line["ms"],
+                    line["key_id"],
+                    line["tenant"],
+                )
+            )
 
     def _limited(self, receive: Receive) -> Receive:
         seen = 0

@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -361,3 +362,50 @@ def _root_cause(exc: BaseException) -> str:
     if isinstance(seen, ConnectionRefusedError) or "refused" in str(seen).lower():
         return "connection refused"
     return f"{type(seen).__name__}: {seen}" if str(seen) else type(seen).__name__
+
+
+@dataclass(frozen=True)
+class ProbeStep:
+    """One request of :func:`probe`: the response format sent (a step of the ladder, ``none``
+    for no ``response_format``), whether the endpoint answered it, and how long it took."""
+
+    format: str
+    accepted: bool
+    seconds: float
+    error: LLMError | None = None
+
+
+def probe(llm: LLMClient, schema: Mapping[str, Any], *, max_tokens: int = 16) -> list[ProbeStep]:
+    """Ask the endpoint of ``llm`` for a short reply (``max_tokens``) once per step of the
+    structured-output ladder, ``schema`` first, without the client's retries, until one is
+    answered: the steps tried, in order. A failure that is not a refusal of the format (a
+    refused connection, a timeout, 401, an unknown model) ends the probe there: the endpoint
+    does not answer, whatever the format. A reply cut at ``max_tokens`` is an answer.
+
+    Raises:
+        LLMError: no model, or no key for OpenAI's own API, is configured.
+    """
+    client = llm._openai().with_options(max_retries=0)
+    messages = [{"role": "user", "content": 'Reply with the JSON object {"ok": true}.'}]
+    steps: list[ProbeStep] = []
+    for step in _LADDER:
+        request: dict[str, Any] = {
+            "model": llm.model,
+            "messages": messages,
+            "temperature": 0.0,
+            "max_tokens": max_tokens,
+        }
+        if step != _NO_FORMAT:
+            request["response_format"] = _response_format(step, schema)
+        started = time.monotonic()
+        try:
+            llm._create(client, request)
+        except LLMError as exc:
+            cut = exc.status is None and "finish_reason 'length'" in str(exc)
+            steps.append(ProbeStep(step, cut, time.monotonic() - started, None if cut else exc))
+            if cut or not _rejects_format(exc):
+                return steps
+            continue
+        steps.append(ProbeStep(step, True, time.monotonic() - started))
+        return steps
+    return steps

@@ -4,10 +4,6 @@ SIGTERM."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -15,11 +11,12 @@ from typing import Any
 import httpx
 import yaml
 from pg_cluster import free_port
+from worker_process import CommandProcess
 
 STARTUP_SECONDS = 30.0
 
 
-class ServiceProcess:
+class ServiceProcess(CommandProcess):
     """``memory-sql serve`` with ``settings`` (MemoryConfig keys) as its config file."""
 
     def __init__(
@@ -34,11 +31,7 @@ class ServiceProcess:
         self.base_url = f"http://127.0.0.1:{self.port}"
         config = folder / f"service-{self.port}.yaml"
         config.write_text(yaml.safe_dump({"memory": settings}), encoding="utf-8")
-        self.log_path = folder / f"service-{self.port}.log"
         command = [
-            sys.executable,
-            "-m",
-            "memory_sql",
             "serve",
             "--port",
             str(self.port),
@@ -46,12 +39,7 @@ class ServiceProcess:
             str(config),
             "--with-worker" if with_worker else "--no-worker",
         ]
-        environment = {k: v for k, v in os.environ.items() if not k.startswith("MEMORY_SQL_")}
-        environment.update(env or {})
-        self._log = self.log_path.open("wb")
-        self.process = subprocess.Popen(
-            command, stdout=self._log, stderr=subprocess.STDOUT, env=environment
-        )
+        super().__init__(command, folder / f"service-{self.port}.log", env)
         self._wait_until_up()
 
     def _wait_until_up(self) -> None:
@@ -70,31 +58,8 @@ class ServiceProcess:
             f"memory-sql serve did not answer within {STARTUP_SECONDS} s: {self.log}"
         )
 
-    @property
-    def log(self) -> str:
-        if not self._log.closed:
-            self._log.flush()
-        return self.log_path.read_text(encoding="utf-8", errors="replace")
-
     def client(self, key: str | None = None, **headers: str) -> httpx.Client:
         sent = dict(headers)
         if key is not None:
             sent["Authorization"] = f"Bearer {key}"
         return httpx.Client(base_url=self.base_url, headers=sent, timeout=30.0)
-
-    def stop(self, timeout: float = 30.0) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._log.close()
-        return self.process.returncode
-
-    def __enter__(self) -> ServiceProcess:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()

@@ -12,13 +12,8 @@ update queue still runs for every tenant under those policies.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +22,9 @@ import httpx
 import pytest
 import sqlalchemy as sa
 from llm_server import LABELS, ScriptedLLM, update_reply
+from pg_roles import grant_service_role as _grant
+from pg_roles import login_role as _role
+from pg_roles import memory_sql_cli as _cli
 from pg_sessions import wait_until_session_ends
 from sqlalchemy.engine import URL, Engine, make_url
 
@@ -47,61 +45,8 @@ SEEDED = {"A": {"alice": ["Works on billing", "Prefers Python"]}, "B": {"bob": [
 INSUFFICIENT_PRIVILEGE = "42501"
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    """``memory-sql ARGS`` as a real subprocess."""
-    return subprocess.run(
-        [sys.executable, "-m", "memory_sql", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={
-            **{k: v for k, v in os.environ.items() if not k.startswith("MEMORY_SQL_")},
-            "COLUMNS": "200",
-            "NO_COLOR": "1",
-        },
-    )
-
-
 def _text(url: URL) -> str:
     return url.render_as_string(hide_password=False)
-
-
-@contextmanager
-def _role(server: URL, database: URL, prefix: str) -> Iterator[str]:
-    """A new LOGIN role (no superuser, no BYPASSRLS) on the shared server; at the end what it
-    owns or was granted in ``database`` is dropped, and then the role, whatever happened."""
-    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
-    on_server = sa.create_engine(server, isolation_level="AUTOCOMMIT")
-    try:
-        with on_server.connect() as conn:
-            conn.exec_driver_sql(f'CREATE ROLE "{name}" LOGIN NOSUPERUSER NOBYPASSRLS')
-        try:
-            yield name
-        finally:
-            in_database = sa.create_engine(database, isolation_level="AUTOCOMMIT")
-            try:
-                with in_database.connect() as conn:
-                    conn.execute(
-                        sa.text(
-                            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                            "WHERE usename = :name"
-                        ),
-                        {"name": name},
-                    )
-                    conn.exec_driver_sql(f'REASSIGN OWNED BY "{name}" TO CURRENT_USER')
-                    conn.exec_driver_sql(f'DROP OWNED BY "{name}"')
-            finally:
-                in_database.dispose()
-                with on_server.connect() as conn:
-                    conn.exec_driver_sql(f'DROP ROLE "{name}"')
-    finally:
-        on_server.dispose()
-
-
-def _grant(role: str, owner_url: str) -> None:
-    done = _cli("db", "grant", "--role", role, "--apply", "--url", owner_url)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert f"granted to {role}" in done.stdout
 
 
 @dataclass(frozen=True)

@@ -53,14 +53,14 @@ def queue_status(
     updates = [row.to_dict() for row in rows]
     if not caller.key.allows("admin"):
         for update in updates:
-            update["last_error"] = _without_endpoint(update["last_error"], state)
+            update["last_error"] = without_endpoint(update["last_error"], state)
     return {"counts": counts, "updates": updates}
 
 
 _URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.I)
 
 
-def _without_endpoint(error: str | None, state: ServerState) -> str | None:
+def without_endpoint(error: str | None, state: ServerState) -> str | None:
     """``error`` without the memory LLM's endpoint URL and model (any URL, and the configured
     model's name): an operator's details, shown to admin keys only."""
     if error is None:

@@ -1,0 +1,529 @@
+"""The web console in a real browser (headless Chromium through Selenium) against a real
+``memory-sql serve``, on SQLite and PostgreSQL: sign-in, users, editing a fact and its history,
+the queue, keys, reports, the request log, tenant isolation and forged cross-site posts.
+Every page is saved as a screenshot under ``test-artifacts/console/``. One browser and one
+service per backend for the module; each test signs in afresh."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+from llm_server import ScriptedLLM, update_reply
+from pg_roles import grant_service_role, login_role
+
+from memory_sql import migrations, ops
+from memory_sql.database import create_engine
+from memory_sql.server.keys import create_key
+from memory_sql.storage import SQLStorage
+from server.browser import (
+    DESKTOP,
+    PHONE,
+    fetched_elsewhere,
+    fits_width,
+    follow,
+    screenshot,
+    start_browser,
+)
+from server.conftest import service_settings_for
+from server.service_process import ServiceProcess
+
+CONVERSATION = [
+    {"role": "user", "content": "I write all my services in Python."},
+    {"role": "assistant", "content": "Noted: Python it is."},
+]
+
+
+@dataclass
+class Site:
+    backend: str
+    service: ServiceProcess
+    llm: ScriptedLLM
+    url: str
+    admin: str  # acme's admin key
+    reader: str  # acme's read key
+    beta: str  # beta's admin key
+
+    @property
+    def base(self) -> str:
+        return self.service.base_url
+
+
+@pytest.fixture(scope="module")
+def browser():
+    driver = start_browser()
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture(
+    scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+)
+def site(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Site]:
+    """The service on the backend, seeded by the tables' owner; on PostgreSQL it connects as a
+    role of its own that row-level security holds, so a page that forgot to act for its
+    tenant would show nothing rather than pass."""
+    folder = tmp_path_factory.mktemp(f"console-{request.param}")
+    if request.param == "sqlite":
+        url = f"sqlite:///{folder / 'console.db'}"
+        migrations.upgrade(url)
+        yield from _site(request.param, folder, url, url)
+        return
+    made = request.getfixturevalue("new_pg_database")()
+    url = made.render_as_string(hide_password=False)
+    migrations.upgrade(url)
+    with login_role(request.getfixturevalue("pg_server"), made, "memory_console") as role:
+        grant_service_role(role, url)
+        yield from _site(
+            request.param, folder, url, made.set(username=role).render_as_string(False)
+        )
+
+
+def _site(backend: str, folder: Path, url: str, service_url: str) -> Iterator[Site]:
+    engine = create_engine(url)
+    storage = SQLStorage(engine)
+    for content, category, agent in (
+        ("Writes services in Python", "preference", "coder"),
+        ("Works on billing at Acme", "context", "coder"),
+        ("Lives in Porto", "personal", None),
+    ):
+        ops.add_fact(
+            storage, content, category=category, user_id="alice", agent_name=agent,
+            tenant_id="acme",
+        )  # fmt: skip
+    ops.add_fact(storage, "Prefers green tea", user_id="bob", tenant_id="acme")
+    ops.add_fact(storage, "Beta's secret launch plan", user_id="zed", tenant_id="beta")
+    keys = [
+        create_key(engine, tenant_id=tenant, role=role)[1]
+        for tenant, role in (("acme", "admin"), ("acme", "read"), ("beta", "admin"))
+    ]
+    storage.close()
+    engine.dispose()
+    with ScriptedLLM() as llm:
+        settings = {**service_settings_for(llm), "storage": service_url, "max_attempts": 1}
+        service = ServiceProcess(folder, settings)
+        try:
+            site = Site(backend, service, llm, url, *keys)
+            _fail_one_update(site)
+            yield site
+        finally:
+            service.stop()
+
+
+def _fail_one_update(site: Site) -> None:
+    """carol's conversation, whose one update attempt fails (the LLM answers 500)."""
+    site.llm.reply("the model is down", status=500)
+    with site.service.client(site.admin) as http:
+        queued = http.post(
+            "/v1/conversations",
+            json={"user_id": "carol", "thread_id": "t1", "messages": CONVERSATION},
+        )
+        assert queued.status_code == 202, queued.text
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if http.get("/v1/queue", params={"failed_only": True}).json()["updates"]:
+                return
+            time.sleep(0.1)
+    raise AssertionError("carol's update did not fail")
+
+
+# Helpers ------------------------------------------------------------------------------------
+
+
+def by_css(driver, selector: str):
+    from selenium.webdriver.common.by import By
+
+    return driver.find_element(By.CSS_SELECTOR, selector)
+
+
+def all_css(driver, selector: str):
+    from selenium.webdriver.common.by import By
+
+    return driver.find_elements(By.CSS_SELECTOR, selector)
+
+
+def sign_in(driver, site: Site, key: str, tenant: str = "") -> None:
+    driver.delete_all_cookies()
+    driver.get(f"{site.base}/console/login")
+    by_css(driver, "#api-key").send_keys(key)
+    if tenant:
+        by_css(driver, "#tenant").send_keys(tenant)
+    follow(driver, by_css(driver, "#sign-in"))
+
+
+def shot(driver, site: Site, name: str) -> Path:
+    return screenshot(driver, f"{site.backend}-{name}")
+
+
+def texts(elements) -> list[str]:
+    return [element.text for element in elements]
+
+
+def wait_for(condition, timeout: float = 20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError("timed out waiting")
+
+
+def facts_of(site: Site, user: str, agent: str | None = None, key: str | None = None) -> list:
+    with site.service.client(key or site.admin) as http:
+        params = {"agent_name": agent} if agent else {}
+        response = http.get(f"/v1/users/{user}/facts", params=params)
+        return response.json()["facts"] if response.status_code == 200 else []
+
+
+# Tests --------------------------------------------------------------------------------------
+
+
+def test_sign_in_and_search_users(browser, site):
+    browser.delete_all_cookies()
+    browser.get(f"{site.base}/console")
+    assert browser.current_url == f"{site.base}/console/login"  # no session: the sign-in page
+    shot(browser, site, "login")
+    sign_in(browser, site, "msk_0000000000000000_" + "x" * 43)
+    assert "unknown or revoked API key" in by_css(browser, ".error").text
+
+    sign_in(browser, site, site.admin)
+    assert browser.current_url == f"{site.base}/console/users"
+    cookie = browser.get_cookie("memory_sql_console")
+    assert cookie["httpOnly"] is True and cookie["sameSite"] == "Strict"
+    assert cookie["secure"] is False and cookie["path"] == "/console"  # plain HTTP here
+    listed = texts(all_css(browser, "#users a.user"))
+    # carol has a memory once her failed update was retried (another test may have run first)
+    assert {"alice", "bob"} <= set(listed) <= {"alice", "bob", "carol"}  # no zed: beta's
+    assert fetched_elsewhere(browser, site.base) == []
+    shot(browser, site, "users")
+
+    search = by_css(browser, "#user-search")
+    search.clear()
+    search.send_keys("ALI")
+    follow(browser, by_css(browser, "#search"))
+    assert texts(all_css(browser, "#users a.user")) == ["alice"]
+    row = by_css(browser, "#users tbody tr").text
+    assert "coder" in row and "(no agent)" in row and "3" in row
+    search = by_css(browser, "#user-search")
+    search.clear()
+    search.send_keys("nobody")
+    follow(browser, by_css(browser, "#search"))
+    assert "No user's id contains" in by_css(browser, "#no-users").text
+
+    follow(browser, by_css(browser, "#logout"))
+    assert browser.current_url == f"{site.base}/console/login"
+    browser.get(f"{site.base}/console/users")
+    assert browser.current_url == f"{site.base}/console/login"  # the session is over
+
+
+def test_edit_a_fact_and_see_its_history(browser, site):
+    sign_in(browser, site, site.admin)
+    browser.get(f"{site.base}/console/users/alice?agent=coder")
+    assert texts(all_css(browser, ".fact-text")) == [
+        "Writes services in Python",
+        "Works on billing at Acme",
+    ]
+    assert "Lives in Porto" not in browser.page_source  # the unnamed agents' memory
+    shot(browser, site, "memory")
+    version = int(by_css(browser, "#version b").text)
+
+    fact = next(f for f in all_css(browser, ".fact") if "Python" in f.text)
+    fact_id = fact.get_attribute("data-fact-id")
+    fact.find_element("css selector", "summary").click()
+    content = fact.find_element("css selector", "textarea[name=content]")
+    content.clear()
+    content.send_keys("Writes every service in Python 3.12")
+    confidence = fact.find_element("css selector", "input[name=confidence]")
+    confidence.clear()
+    confidence.send_keys("0.75")
+    follow(browser, fact.find_element("css selector", "button.save"))
+    assert "fact saved: Writes every service in Python 3.12" in by_css(browser, ".notice").text
+    assert int(by_css(browser, "#version b").text) == version + 1
+    stored = {f["id"]: f for f in facts_of(site, "alice", "coder")}
+    assert stored[fact_id]["content"] == "Writes every service in Python 3.12"
+    assert stored[fact_id]["confidence"] == 0.75
+
+    # A change made elsewhere since the page was loaded: the save is refused, nothing lost.
+    with site.service.client(site.admin) as http:
+        changed = http.post(
+            "/v1/users/alice/facts", params={"agent_name": "coder"}, json={"content": "Uses vim"}
+        )
+        assert changed.status_code == 201
+    fact = next(f for f in all_css(browser, ".fact") if f.get_attribute("data-fact-id") == fact_id)
+    fact.find_element("css selector", "summary").click()
+    content = fact.find_element("css selector", "textarea[name=content]")
+    content.clear()
+    content.send_keys("A stale edit")
+    follow(browser, fact.find_element("css selector", "button.save"))
+    assert "expected version" in by_css(browser, ".error").text
+    stored = {f["id"]: f for f in facts_of(site, "alice", "coder")}
+    assert stored[fact_id]["content"] == "Writes every service in Python 3.12"
+    assert "Uses vim" in [f["content"] for f in stored.values()]
+
+    # Add a fact and delete it again, from the page as it is now.
+    by_css(browser, "details.add summary").click()
+    by_css(browser, "#add-fact textarea[name=content]").send_keys("Reviews code on Fridays")
+    follow(browser, by_css(browser, "#add-fact button"))
+    assert "fact added: Reviews code on Fridays" in by_css(browser, ".notice").text
+    added = next(f for f in all_css(browser, ".fact") if "Fridays" in f.text)
+    added.find_element("css selector", "summary").click()
+    follow(browser, added.find_element("css selector", "button.delete"))
+    assert "fact deleted" in by_css(browser, ".notice").text
+    assert "Reviews code on Fridays" not in texts(all_css(browser, ".fact-text"))
+    assert "Reviews code on Fridays" not in [f["content"] for f in facts_of(site, "alice", "coder")]
+
+    fact = next(f for f in all_css(browser, ".fact") if f.get_attribute("data-fact-id") == fact_id)
+    follow(browser, fact.find_element("css selector", "a.history"))
+    assert "Writes every service in Python 3.12" in by_css(browser, "#current").text
+    events = [
+        row.find_elements("css selector", "td") for row in all_css(browser, "#history tbody tr")
+    ]
+    assert [cells[1].text for cells in events] == ["updated", "added"]
+    assert [cells[4].text for cells in events] == ["0.75", "0.90"]
+    assert int(events[0][0].text) == version + 1
+    shot(browser, site, "history")
+
+
+def test_retry_a_failed_row(browser, site):
+    sign_in(browser, site, site.admin)
+    browser.get(f"{site.base}/console/queue")
+    first = all_css(browser, "#updates .update")[0]
+    assert first.get_attribute("data-key") == "turn:acme/carol/-/t1"
+    assert "failed" in first.find_element("css selector", ".status").text
+    assert "500" in first.find_element("css selector", ".last-error").text
+    shot(browser, site, "queue")
+
+    site.llm.reply(json.dumps(update_reply()))
+    follow(browser, first.find_element("css selector", "button.retry"))
+    assert "requeued 1 update(s)" in by_css(browser, ".notice").text
+    learned = wait_for(lambda: facts_of(site, "carol"))
+    assert [f["content"] for f in learned] == ["Prefers Python"]
+    browser.get(f"{site.base}/console/queue")
+    assert "turn:acme/carol/-/t1" not in [
+        u.get_attribute("data-key") for u in all_css(browser, "#updates .update")
+    ]
+
+    # A read key sees the queue, without the buttons, and cannot post them.
+    sign_in(browser, site, site.reader)
+    browser.get(f"{site.base}/console/queue")
+    assert all_css(browser, "button.retry") == []
+    assert all_css(browser, "a[href='/console/keys']") == []
+    browser.get(f"{site.base}/console/keys")
+    assert "cannot admin" in by_css(browser, "#message").text
+
+
+def test_create_and_revoke_a_key(browser, site):
+    sign_in(browser, site, site.admin)
+    browser.get(f"{site.base}/console/keys")
+    by_css(browser, "details.add summary").click()
+    by_css(browser, "#role option[value=write]").click()
+    by_css(browser, "#description").send_keys("ci bot")
+    follow(browser, by_css(browser, "#create"))
+    if site.backend == "postgresql":
+        # The service's role (memory-sql db grant) may read the keys, not make or revoke them.
+        assert "may not create or revoke API keys" in by_css(browser, ".error").text
+        assert all_css(browser, "#secret") == []
+        assert "ci bot" not in by_css(browser, "#keys").text
+        row = by_css(browser, f"tr[data-key-id='{site.reader.split('_')[1]}']")
+        follow(browser, row.find_element("css selector", "button.revoke"))
+        assert "may not create or revoke API keys" in by_css(browser, ".error").text
+        with site.service.client(site.reader) as http:
+            assert http.get("/v1/users/alice/facts").status_code == 200
+        shot(browser, site, "keys")
+        return
+    secret = by_css(browser, "#secret").get_attribute("value")
+    assert re.fullmatch(r"msk_[0-9a-f]{16}_[A-Za-z0-9_-]{43}", secret)
+    key_id = secret.split("_")[1]
+    shot(browser, site, "keys-created")
+    with site.service.client(secret) as http:
+        assert http.get("/v1/users/alice/facts").status_code == 200
+    browser.get(f"{site.base}/console/keys")
+    assert secret not in browser.page_source  # shown once
+    row = by_css(browser, f"tr[data-key-id='{key_id}']")
+    assert "ci bot" in row.text and "write" in row.text and "live" in row.text
+
+    follow(browser, row.find_element("css selector", "button.revoke"))
+    assert f"key {key_id} revoked" in by_css(browser, ".notice").text
+    assert "revoked" in by_css(browser, f"tr[data-key-id='{key_id}'] .status").text
+    shot(browser, site, "keys")
+    with site.service.client(secret) as http:
+        assert http.get("/v1/users/alice/facts").status_code == 401
+
+
+def test_tenant_b_sees_nothing_of_tenant_a(browser, site):
+    alice = facts_of(site, "alice", "coder")
+    acme_keys = {site.admin, site.reader}
+    sign_in(browser, site, site.beta)
+    assert "tenant beta" in by_css(browser, "#signed-in").text
+    assert texts(all_css(browser, "#users a.user")) == ["zed"]
+    for path in (
+        "/console/users/alice?agent=coder",
+        f"/console/users/alice/facts/{alice[0]['id']}/history?agent=coder",
+    ):
+        browser.get(f"{site.base}{path}")
+        assert "no " in by_css(browser, "#message").text and "Writes" not in browser.page_source
+    browser.get(f"{site.base}/console/queue")
+    assert "acme" not in by_css(browser, "main").text
+    browser.get(f"{site.base}/console/requests")
+    assert "acme" not in browser.page_source
+    browser.get(f"{site.base}/console/keys")
+    shown = {row.get_attribute("data-key-id") for row in all_css(browser, "#keys tbody tr")}
+    assert shown and not shown & {key.split("_")[1] for key in acme_keys}
+
+    # Forms of beta's own session, aimed at acme's rows: answered as if they did not exist.
+    session = browser.get_cookie("memory_sql_console")["value"]
+    csrf = by_css(browser, "input[name=csrf]").get_attribute("value")
+    with httpx.Client(base_url=site.base, cookies={"memory_sql_console": session}) as http:
+        revoke = http.post(
+            f"/console/keys/{site.admin.split('_')[1]}/revoke",
+            data={"csrf": csrf},
+            headers={"Origin": site.base},
+        )
+        assert revoke.status_code == 404
+        edit = http.post(
+            f"/console/users/alice/facts/{alice[0]['id']}",
+            data={"csrf": csrf, "version": "1", "content": "x", "category": "context",
+                  "confidence": "0.5", "agent": "coder"},
+            headers={"Origin": site.base},
+        )  # fmt: skip
+        assert edit.status_code == 404
+        retry = http.post(
+            "/console/queue/drop", data={"csrf": csrf, "key": "acme/carol"},
+            headers={"Origin": site.base},
+        )  # fmt: skip
+        assert retry.status_code == 404
+    with site.service.client(site.admin) as http:
+        assert http.get("/v1/users/alice/facts").status_code == 200  # acme's key still works
+    assert facts_of(site, "alice", "coder") == alice
+
+
+class _AttackerPage:
+    """Another origin (its own port) serving a page whose form posts to the console."""
+
+    def __init__(self, html: str) -> None:
+        body = html.encode("utf-8")
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_forged_cross_site_post_is_refused(browser, site):
+    sign_in(browser, site, site.admin)
+    browser.get(f"{site.base}/console/users/bob")
+    # Even holding the session's real token, a form from another origin is refused.
+    csrf = by_css(browser, "input[name=csrf]").get_attribute("value")
+    version = by_css(browser, "#version b").text
+    attacker = _AttackerPage(
+        f"""<!doctype html><form method="post" action="{site.base}/console/users/bob/facts">
+        <input name="csrf" value="{csrf}"><input name="version" value="{version}">
+        <input name="content" value="Forged fact"><button id="go">Win a prize</button></form>"""
+    )
+    try:
+        browser.get(attacker.url)
+        follow(browser, by_css(browser, "#go"))
+        wait_for(lambda: browser.current_url.startswith(site.base))
+        assert "not sent from the console's own pages" in by_css(browser, "#message").text
+    finally:
+        attacker.close()
+    assert "Forged fact" not in [f["content"] for f in facts_of(site, "bob")]
+
+    session = browser.get_cookie("memory_sql_console")["value"]
+    form = {"version": version, "content": "Forged fact"}
+    own = {"Origin": site.base}
+    with httpx.Client(base_url=site.base, cookies={"memory_sql_console": session}) as http:
+        for data, headers in (
+            (form, own),  # no token
+            ({**form, "csrf": "guessed"}, own),  # a wrong one
+            ({**form, "csrf": csrf}, {"Origin": "http://evil.example"}),
+            ({**form, "csrf": csrf}, {"Referer": "http://evil.example/page"}),
+            ({**form, "csrf": csrf}, {"Origin": "null"}),
+        ):
+            refused = http.post("/console/users/bob/facts", data=data, headers=headers)
+            assert refused.status_code == 403, (data, headers)
+        assert "Forged fact" not in [f["content"] for f in facts_of(site, "bob")]
+        done = http.post(
+            "/console/users/bob/facts", data={**form, "csrf": csrf, "content": "Real fact"},
+            headers=own,
+        )  # fmt: skip
+        assert done.status_code == 200 and "fact added: Real fact" in done.text
+        # The sign-in form is protected the same way, before there is a session.
+        login = http.post("/console/login", data={"api_key": site.admin}, headers=own)
+        assert login.status_code == 403
+        page = http.get("/console/login", headers={"X-Forwarded-Proto": "https"})
+        cookie = page.headers["set-cookie"]
+        assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Secure" in cookie
+        headers = page.headers
+        assert "frame-ancestors 'none'" in headers["content-security-policy"]
+        assert "script-src" not in headers["content-security-policy"]  # default-src 'none'
+    assert "Real fact" in [f["content"] for f in facts_of(site, "bob")]
+
+
+def test_reports_and_the_request_log(browser, site):
+    sign_in(browser, site, site.admin)
+    browser.get(f"{site.base}/console/reports")
+    categories = by_css(browser, "#chart-categories svg desc").get_attribute("textContent")
+    assert "preference:" in categories and "context:" in categories
+    assert "beta" not in browser.page_source.lower()  # tenant beta's fact is not counted
+    calls = by_css(browser, "#chart-calls svg desc").get_attribute("textContent")
+    assert re.search(r"failed: [1-9]", calls)  # carol's failed call
+    totals = by_css(browser, "#totals").text
+    assert "memories" in totals and "llm calls" in totals
+    assert fetched_elsewhere(browser, site.base) == []
+    shot(browser, site, "reports")
+
+    browser.get(f"{site.base}/console/requests")
+    rows = all_css(browser, "#requests tbody tr")
+    routes = [row.find_elements("css selector", "td")[2].text for row in rows]
+    assert "/console/reports" in routes and "/v1/conversations" in routes
+    statuses = {row.find_elements("css selector", "td")[3].text for row in rows}
+    assert "200" in statuses
+    assert "I write all my services" not in browser.page_source  # no bodies
+    shot(browser, site, "requests")
+
+
+@pytest.mark.parametrize("size", [DESKTOP, PHONE], ids=["desktop", "phone"])
+def test_pages_fit_the_screen(browser, site, size):
+    sign_in(browser, site, site.admin)
+    browser.set_window_size(*size)
+    try:
+        for name, path in (
+            ("users", "/console/users"),
+            ("memory", "/console/users/alice?agent=coder"),
+            ("queue", "/console/queue"),
+            ("reports", "/console/reports"),
+            ("keys", "/console/keys"),
+            ("requests", "/console/requests"),
+        ):
+            browser.get(f"{site.base}{path}")
+            assert fits_width(browser), f"{path} scrolls sideways at {size}"
+            if size == PHONE:
+                shot(browser, site, f"phone-{name}")
+    finally:
+        browser.set_window_size(*DESKTOP)
