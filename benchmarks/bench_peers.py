@@ -260,7 +260,9 @@ class Backend:
     """Where the three sides of one database live, and how the scale series is built."""
 
     name: str
+    key: str  # as named on the command line
     memory_url: str  # memory_sql's database (the floor's too)
+    scale_series = True  # whether this run measures the scale series
 
     def langgraph(self, stack: ExitStack) -> Any:
         """LangGraph's store on its own fresh database, set up (``setup()``)."""
@@ -288,6 +290,7 @@ class Backend:
 
 class Postgres(Backend):
     name = "PostgreSQL"
+    key = "postgresql"
 
     def __init__(self, stack: ExitStack) -> None:
         self.memory_url = self.scratch(stack, "memory_sql")
@@ -360,7 +363,8 @@ class Postgres(Backend):
 
 
 class Sqlite(Backend):
-    name = "SQLite"
+    name = "SQLite, SqliteStore at its defaults"
+    key = "sqlite"
 
     def __init__(self, stack: ExitStack) -> None:
         self.folder = Path(stack.enter_context(tempfile.TemporaryDirectory()))
@@ -375,6 +379,9 @@ class Sqlite(Backend):
         store = stack.enter_context(SqliteStore.from_conn_string(str(self.folder / "lg.db")))
         store.setup()
         return store
+
+    def lg_pragmas(self) -> str:
+        return "SQLite's defaults: it sets no pragma; an fsync at every commit"
 
     def _connect(self, url: str) -> sqlite3.Connection:
         path = url.removeprefix("sqlite:///")
@@ -396,8 +403,7 @@ class Sqlite(Backend):
             f"memory_sql: journal_mode={mode}, synchronous={SYNCHRONOUS.get(sync, sync)} "
             "(a commit survives a process crash; the last ones can be lost to a power cut)",
             f"LangGraph SqliteStore: journal_mode={lg_mode}, "
-            f"synchronous={SYNCHRONOUS.get(lg_sync, lg_sync)} (SQLite's defaults: it sets no"
-            " pragma; an fsync at every commit)",
+            f"synchronous={SYNCHRONOUS.get(lg_sync, lg_sync)} ({self.lg_pragmas()})",
             "floor: memory_sql's file (WAL), synchronous=NORMAL",
         ]
 
@@ -428,6 +434,25 @@ class Sqlite(Backend):
             conn.execute("COMMIT")
         finally:
             conn.close()
+
+
+class SqliteEqual(Sqlite):
+    """SQLite again, with ``SqliteStore`` at memory_sql's pragmas (``memory_sql/database.py``:
+    WAL, ``synchronous=NORMAL``): the durability memory_sql runs with, on both sides. The scale
+    series, memory_sql's alone, is not measured twice."""
+
+    name = "SQLite, SqliteStore at memory_sql's pragmas (WAL, synchronous=NORMAL)"
+    scale_series = False
+
+    def langgraph(self, stack: ExitStack) -> SqliteStore:
+        store = stack.enter_context(SqliteStore.from_conn_string(str(self.folder / "lg.db")))
+        store.conn.execute("PRAGMA journal_mode=WAL")
+        store.conn.execute("PRAGMA synchronous=NORMAL")
+        store.setup()
+        return store
+
+    def lg_pragmas(self) -> str:
+        return "set here as memory_sql sets them: a commit survives a process crash"
 
 
 # the measurements ------------------------------------------------------------------------------
@@ -789,7 +814,7 @@ def goals(rows: dict[str, dict[str, Figure]], scale: list[Row]) -> list[tuple[bo
             "search facts by category (~33 of 200)", LANGGRAPH, 1, "search ≤ 1x LangGraph search"
         ),
     ]
-    for kind in ("cold", "cached"):
+    for kind in ("cold", "cached") if scale else ():
         series = [cells[MEMORY_SQL].median for label, cells in scale if label.startswith(kind)]
         r = series[-1] / series[0]
         out.append(
@@ -803,8 +828,8 @@ def goals(rows: dict[str, dict[str, Figure]], scale: list[Row]) -> list[tuple[bo
     return out
 
 
-def run_backend(backend: Backend, stack: ExitStack) -> bool:
-    """Measures and prints one database; False if memory_sql lost an update."""
+def run_backend(backend: Backend, stack: ExitStack) -> tuple[bool, dict[str, dict[str, Figure]]]:
+    """Measures and prints one database; False if memory_sql lost an update; the rows."""
     started = time.perf_counter()
     facts = Facts(42)
     store = memory_store(backend.memory_url)
@@ -822,11 +847,11 @@ def run_backend(backend: Backend, stack: ExitStack) -> bool:
     rows = single_thread_rows(store, lg, floor, facts)
     rows.append(threads_row(store, lg, backend, facts, [f"thread-{t}" for t in range(THREADS)]))
     contended = contention(store, lg, floor, facts)
-    scale = scale_rows(backend, stack)
+    scale = scale_rows(backend, stack) if backend.scale_series else []
 
     print_table(backend.name, rows + scale)
     print("  ratios are of times (< 1: memory_sql faster); on the saves/s row, of rates (> 1)")
-    for kind in ("cold", "cached"):
+    for kind in ("cold", "cached") if scale else ():
         series = [cells[MEMORY_SQL].median for label, cells in scale if label.startswith(kind)]
         print(f"  scale, {kind} load: largest/smallest = {series[-1] / series[0]:.2f}x")
     print(
@@ -850,7 +875,7 @@ def run_backend(backend: Backend, stack: ExitStack) -> bool:
     threads_note = (
         f"one PostgresStore on a ConnectionPool of {THREADS} shared by the threads (every"
         " call holds the store's one lock, so the threads' calls run one at a time)"
-        if backend.name == "PostgreSQL"
+        if backend.key == "postgresql"
         else "one SqliteStore (its single connection, check_same_thread=False) shared by"
         " the threads"
     )
@@ -866,7 +891,41 @@ def run_backend(backend: Backend, stack: ExitStack) -> bool:
     for ok, text in goals(table, scale):
         print(f"  {'PASS' if ok else 'FAIL'}  {text}")
     print(f"  ({backend.name} measured in {time.perf_counter() - started:.0f} s)")
-    return ms.lost == 0 and ms.lost_ids == 0
+    return ms.lost == 0 and ms.lost_ids == 0, table
+
+
+EQUAL_ROWS = (
+    "add one fact",
+    "update one fact's confidence",
+    "search facts by category (~33 of 200)",
+    "cold load, 200 facts",
+    f"saves/s, {THREADS} threads, distinct users",
+)
+
+
+def print_durability_comparison(
+    defaults: dict[str, dict[str, Figure]], equal: dict[str, dict[str, Figure]]
+) -> None:
+    """memory_sql against SqliteStore at its defaults and at memory_sql's pragmas, side by side
+    (each ratio within its own run: the two runs' memory_sql figures are not mixed)."""
+    print("\nSQLite: memory_sql ÷ SqliteStore, at SqliteStore's defaults and at equal durability")
+    head = (
+        f"{'operation':40} {'LG defaults':>14} {'LG WAL+NORMAL':>14} {'ms ÷ LG default':>16}"
+        f" {'ms ÷ LG equal':>14} {'LG equal ÷ default':>19}"
+    )
+    print(head)
+    print("-" * len(head))
+    for label in EQUAL_ROWS:
+        if label not in defaults or label not in equal:
+            continue
+        d, e = defaults[label], equal[label]
+        line = f"{label:40} {str(d[LANGGRAPH]):>14} {str(e[LANGGRAPH]):>14}"
+        line += (
+            f" {ratio(d[MEMORY_SQL], d[LANGGRAPH]):>16} {ratio(e[MEMORY_SQL], e[LANGGRAPH]):>14}"
+        )
+        line += f" {ratio(e[LANGGRAPH], d[LANGGRAPH]):>19}"
+        print(line)
+    print("  ratios of times (< 1: the first faster); on the saves/s row, of rates (> 1)")
 
 
 def main() -> int:
@@ -881,12 +940,18 @@ def main() -> int:
         return versus_before(sys.argv[sys.argv.index("--before") + 1], sys.argv[1:])
     args = {arg.lower() for arg in sys.argv[1:]}  # e.g. `bench_peers.py sqlite`
     only = args - {"--idle-states"}
+    tables: dict[type[Backend], dict[str, dict[str, Figure]]] = {}
     with ExitStack() as run:
         print(run.enter_context(steady_cpus(hold="--idle-states" not in args)))
-        for make in (Postgres, Sqlite):
-            if only and make.name.lower() not in only:
+        for make in (Postgres, Sqlite, SqliteEqual):
+            if only and make.key not in only:
                 continue
-            correct &= run_one(make)
+            ok, table = run_one(make)
+            correct &= ok
+            if table:
+                tables[make] = table
+    if Sqlite in tables and SqliteEqual in tables:
+        print_durability_comparison(tables[Sqlite], tables[SqliteEqual])
     if not correct:
         print("\nFAILED: memory_sql lost an acknowledged update under same-user contention")
         return 1
@@ -933,13 +998,13 @@ def versus_before(before: str, args: list[str]) -> int:
     return 0
 
 
-def run_one(make: type[Backend]) -> bool:
+def run_one(make: type[Backend]) -> tuple[bool, dict[str, dict[str, Figure]]]:
     with ExitStack() as stack:
         try:
             backend = make(stack)
         except ConnectionError as exc:
             print(f"\n{make.name}: skipped ({exc})")
-            return True
+            return True, {}
         return run_backend(backend, stack)
 
 

@@ -15,7 +15,7 @@ Environment variables are read only by :meth:`~MemoryConfig.from_yaml` and
 unknown key is an error wherever it comes from: in YAML, in ``MemoryConfig(...)``, and as a
 ``MEMORY_SQL_<KEY>`` variable (a misspelt variable would otherwise silently do nothing), with a
 did-you-mean hint. Aliases count as keys (``MEMORY_SQL_DATABASE_URL`` sets ``storage``). Only
-``MEMORY_SQL_CONFIG`` (the path of the config file, for the host to read) and
+``MEMORY_SQL_CONFIG`` (the path of the config file: the CLI's ``--config``) and
 ``MEMORY_SQL_TEST_*`` (test settings) are not config keys, and are left alone. Every invalid
 value raises :class:`~memory_sql.errors.ConfigError` naming the key, where it came from and
 what is allowed.
@@ -71,6 +71,9 @@ _URL_FIELDS = ("storage", "llm_base_url")  # shown through database.redacted
 # Where each key's value came from, for error messages of the build in progress.
 _ORIGINS: ContextVar[Mapping[str, str] | None] = ContextVar("memory_sql_origins", default=None)
 
+REPLY_OVERHEAD_TOKENS = 1536
+"""What a memory-LLM reply needs beyond its facts and summaries (JSON keys, labels, reasoning)."""
+
 _NUMBER_FIELDS = (
     "debounce_seconds",
     "max_debounce_seconds",
@@ -93,6 +96,8 @@ _NUMBER_FIELDS = (
     "llm_timeout_seconds",
     "llm_max_retries",
     "llm_temperature",
+    "llm_max_tokens",
+    "llm_repair_attempts",
     "server_max_body_bytes",
     "server_max_messages",
     "server_max_message_chars",
@@ -185,7 +190,13 @@ class MemoryConfig(BaseModel):
     ``response_format`` (see :mod:`memory_sql.update.llm`). The scope gate stores only facts and
     section updates the LLM labels user-scoped, durable and descriptive;
     ``scope_gate_allow_unlabeled`` (default false) stores those without labels too, as
-    before the gate (for models that leave them out).
+    before the gate (for models that leave them out). Every call sends ``max_tokens``:
+    ``llm_max_tokens``, or when it is 0 (the default) :meth:`reply_token_limit`, derived from
+    the budgets. A reply that is unusable (no JSON, cut at ``max_tokens``, no part that holds)
+    is asked for again up to ``llm_repair_attempts`` times (default 1; 0: never) in the same
+    run, with a short message naming the problem and a higher temperature; a queue retry of an
+    update that failed so starts warmer too (:mod:`memory_sql.update.updater`), so no retry
+    repeats the same request.
 
     The HTTP service (``memory-sql serve``) refuses, with 413 naming the limit, a request body
     over ``server_max_body_bytes``, a conversation of more than ``server_max_messages``
@@ -271,6 +282,8 @@ class MemoryConfig(BaseModel):
     llm_max_retries: int = Field(2, ge=0, le=10)
     llm_temperature: float = Field(0.0, ge=0, le=2)
     llm_json_mode: bool = True
+    llm_max_tokens: int = Field(0, ge=0, le=1_000_000)
+    llm_repair_attempts: int = Field(1, ge=0, le=5)
     llm_daily_calls_per_tenant: int = Field(0, ge=0, le=1_000_000_000)
     llm_daily_tokens_per_tenant: int = Field(0, ge=0, le=10**15)
     patterns_dir: Path | None = None
@@ -324,6 +337,18 @@ class MemoryConfig(BaseModel):
     server_keep_alive_seconds: float = Field(5.0, gt=0, le=600)
     server_max_connections: int = Field(1000, ge=1, le=1_000_000)
     server_max_header_bytes: int = Field(65536, ge=1024, le=16 * 1024 * 1024)
+
+    def reply_token_limit(self) -> int:
+        """The ``max_tokens`` of a memory-LLM call: ``llm_max_tokens``, or by default what a
+        full reply can need: as much as the memory can show in a prompt
+        (``injected_memory_max_tokens`` + ``guaranteed_token_budget``: more would not be
+        shown), plus :data:`REPLY_OVERHEAD_TOKENS` for the JSON, the labels and a short
+        reasoning block (4 036 with the defaults)."""
+        if self.llm_max_tokens:
+            return self.llm_max_tokens
+        return (
+            self.injected_memory_max_tokens + self.guaranteed_token_budget + REPLY_OVERHEAD_TOKENS
+        )
 
     def __init__(self, **data: Any) -> None:
         """Build from keyword arguments (no environment); :class:`ConfigError` if invalid.

@@ -134,20 +134,32 @@ class LLMError(MemorySQLError):
     connection, an HTTP error status, or a reply without text.
 
     The message names the endpoint (``endpoint``) and the cause; ``status`` is the HTTP status
-    when the server answered with one. The API key is never part of it.
+    when the server answered with one; ``transient`` says whether trying again may help (a
+    timeout, a lost connection, HTTP 408, 409, 429 or 5xx). The API key is never part of it.
     """
 
-    def __init__(self, message: str, *, endpoint: str | None = None, status: int | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        endpoint: str | None = None,
+        status: int | None = None,
+        transient: bool = False,
+    ):
         self.endpoint = endpoint
         self.status = status
+        self.transient = transient
         super().__init__(message)
 
 
 class InvalidUpdateError(MemorySQLError, ValueError):
-    """The LLM's reply is not a memory update of the expected shape; ``reason`` says why."""
+    """The LLM's reply is not a memory update of the expected shape; ``reason`` says why, and
+    ``rejected`` counts the parts of it that were refused, by reason (empty when the reply held
+    no JSON object at all)."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, *, rejected: dict[str, int] | None = None) -> None:
         self.reason = reason
+        self.rejected = dict(rejected or {})
         super().__init__(f"invalid memory update from the LLM: {reason}")
 
 

@@ -301,9 +301,17 @@ memory_fact_events = Table(
     comment="Append-only log of fact changes, written by each save, for reporting over time.",
 )
 
-LLM_CALL_OUTCOMES = ("ok", "llm_error", "invalid_reply", "save_failed", "conflicted")
-"""How an update that called the LLM ended: ``ok`` (saved, or nothing to change), the LLM call
-failing, its reply unusable, the save failing, or every save losing to another writer."""
+LLM_CALL_OUTCOMES = (
+    "ok",
+    "llm_error",
+    "invalid_reply",
+    "save_failed",
+    "conflicted",
+    "length",
+)
+"""How a memory-LLM call ended: ``ok`` (saved, or nothing to change), the LLM call failing, its
+reply unusable, the save failing, every save losing to another writer, or (``length``,
+revision 0013) the reply cut at ``max_tokens`` before it held a usable update."""
 
 memory_llm_calls = Table(
     "memory_llm_calls",
@@ -350,6 +358,18 @@ memory_llm_calls = Table(
     Index("ix_memory_llm_calls_tenant_called_at", "tenant_id", "called_at"),
     comment="One row per memory-LLM call of an update (failed ones too), for cost reporting; "
     "no foreign key: usage outlives a deleted memory.",
+)
+
+memory_llm_rejections = Table(
+    "memory_llm_rejections",
+    metadata,
+    *_scope_columns(),
+    Column("call_id", String(32), primary_key=True, comment="the memory_llm_calls row"),
+    Column("reason", String(32), primary_key=True, comment="memory_sql.update.rejections"),
+    Column("items", Integer, nullable=False),
+    CheckConstraint("items > 0", name="positive"),
+    comment="Per memory-LLM call, the parts of its reply refused (facts, removals, sections), "
+    "counted by reason; no foreign key, like the usage rows.",
 )
 
 memory_llm_budget_holds = Table(

@@ -28,6 +28,7 @@ import hashlib
 import logging
 import os
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable
 from datetime import date, datetime, timedelta
 from pathlib import Path
@@ -150,7 +151,13 @@ class MemoryService:
         self.on_result = on_result
         self._problems = 0
         self._problems_lock = threading.Lock()
-        self._llm_usage = {"llm_calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
+        self._llm_usage = {
+            "llm_calls": 0,
+            "prompt_tokens": 0,
+            "completion_tokens": 0,
+            "rejected_items": 0,
+        }
+        self._rejected: Counter[str] = Counter()
         self._has_watermarks: bool | None = None
         self._closed = False
         self._warned_no_model = False
@@ -361,6 +368,12 @@ class MemoryService:
         done = self.worker.flush(timeout)
         return done and len(self.spool) == 0
 
+    def rejections(self) -> dict[str, int]:
+        """The parts of the memory LLM's replies refused here since start, by reason
+        (:mod:`memory_sql.update.rejections`), most frequent first."""
+        with self._problems_lock:
+            return dict(self._rejected.most_common())
+
     def status(self) -> dict[str, int]:
         """``pending`` and ``failed`` rows in the queue (all processes), ``leased`` (running
         anywhere), ``in_flight`` (running here), ``completed`` / ``failed_runs`` /
@@ -373,7 +386,9 @@ class MemoryService:
         start, their tenant's daily LLM budget used up: they wait), ``problems`` (hook calls
         that were logged instead of raising), and ``llm_calls`` / ``prompt_tokens`` /
         ``completion_tokens`` (the memory LLM's calls here since start, failed ones too: the
-        numbers of the usage rows).
+        numbers of the usage rows), ``rejected_items`` (parts of the LLM's replies refused here
+        since start: dropped by the parser, kept out by the scope gate, removals of unknown ids;
+        by reason in :meth:`rejections`).
 
         Raises:
             StorageError: the queue's database cannot be read.
@@ -571,6 +586,7 @@ class MemoryService:
                     if last and self._completes_in_save
                     else None,
                     context=context if number == 1 else (),
+                    attempt=item.attempts,
                 )
             except LeaseLostError as exc:
                 return RunOutcome(False, str(exc), lease_lost=True)
@@ -581,9 +597,13 @@ class MemoryService:
                     item.scope.tenant_id, 1, result.prompt_tokens + result.completion_tokens
                 )
                 with self._problems_lock:
-                    self._llm_usage["llm_calls"] += 1
+                    self._llm_usage["llm_calls"] += result.llm_calls or 1
                     self._llm_usage["prompt_tokens"] += result.prompt_tokens
                     self._llm_usage["completion_tokens"] += result.completion_tokens
+            if result.rejected:
+                with self._problems_lock:
+                    self._llm_usage["rejected_items"] += sum(result.rejected.values())
+                    self._rejected.update(result.rejected)
             if not result.ok:
                 if result.conflicted and single and result.reply is not None:
                     return RunOutcome(

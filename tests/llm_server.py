@@ -46,6 +46,7 @@ class ScriptedReply:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
+    finish_reason: str = "stop"
 
 
 class ScriptedLLM:
@@ -82,14 +83,22 @@ class ScriptedLLM:
         prompt_tokens: int | None = None,
         completion_tokens: int | None = None,
         headers: Mapping[str, str] | None = None,
+        finish_reason: str = "stop",
     ) -> None:
         """Queue the answer to one request. ``content`` is the message text for status 200
         (``None`` sends a null content) and the error message otherwise. Token counts default
-        to a rough four characters per token."""
+        to a rough four characters per token; ``finish_reason`` ``length`` says the reply hit
+        ``max_tokens``."""
         with self._lock:
             self._queue.append(
                 ScriptedReply(
-                    content, status, delay, prompt_tokens, completion_tokens, dict(headers or {})
+                    content,
+                    status,
+                    delay,
+                    prompt_tokens,
+                    completion_tokens,
+                    dict(headers or {}),
+                    finish_reason,
                 )
             )
 
@@ -183,7 +192,11 @@ def llm_config(llm: ScriptedLLM, **overrides: Any) -> MemoryConfig:
 
 
 def completion_body(
-    content: str | None, model: str, prompt_tokens: int, completion_tokens: int
+    content: str | None,
+    model: str,
+    prompt_tokens: int,
+    completion_tokens: int,
+    finish_reason: str = "stop",
 ) -> dict[str, Any]:
     """A chat-completions response in the schema the ``openai`` client parses."""
     return {
@@ -196,7 +209,7 @@ def completion_body(
                 "index": 0,
                 "message": {"role": "assistant", "content": content, "refusal": None},
                 "logprobs": None,
-                "finish_reason": "stop",
+                "finish_reason": finish_reason,
             }
         ],
         "usage": {
@@ -255,7 +268,7 @@ def _handler_for(llm: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
             model = body.get("model") if isinstance(body.get("model"), str) else "unknown"
             with llm._lock:
                 llm.usage.append((model, prompt, completion))
-            payload = completion_body(reply.content, model, prompt, completion)
+            payload = completion_body(reply.content, model, prompt, completion, reply.finish_reason)
             self._send(200, payload, reply.headers)
 
         def _send(self, status: int, payload: dict[str, Any], headers: Mapping[str, str]) -> None:
@@ -316,42 +329,158 @@ MALFORMED_REPLIES: dict[str, str] = {
     "truncated": _GOOD[: len(_GOOD) * 2 // 3],
     "truncated in a fence": "```json\n" + _GOOD[:-5] + "\n```",
     "array": "[" + _GOOD + "]",
-    "user is a string": json.dumps(update_reply(user="backend engineer")),
-    "history is a list": json.dumps(update_reply(history=[])),
-    "newFacts is an object": json.dumps(update_reply(newFacts={"content": "Prefers Python"})),
-    "newFacts entry is a string": json.dumps(update_reply(newFacts=["Prefers Python"])),
-    "missing newFacts": json.dumps({"user": update_reply()["user"], "history": {}}),
-    "missing user": json.dumps({"history": {}, "newFacts": update_reply()["newFacts"]}),
-    "confidence 'high'": _with_fact(confidence="high"),
-    "confidence NaN": _with_fact(confidence=float("nan")),
-    "confidence Infinity": _with_fact(confidence=float("inf")),
-    "confidence 1.5": _with_fact(confidence=1.5),
-    "confidence -0.1": _with_fact(confidence=-0.1),
-    "confidence true": _with_fact(confidence=True),
+    "no known key": json.dumps({"facts": update_reply()["newFacts"]}),
     "confidence of 5000 digits": _with_fact(confidence=0).replace(
         '"confidence": 0}', '"confidence": 1' + "0" * 5000 + "}"
     ),
-    "confidence missing": json.dumps(
-        update_reply(newFacts=[{"content": "Prefers Python", "category": "preference"}])
+    "every part refused": json.dumps(
+        {
+            "user": "backend engineer",
+            "history": [],
+            "newFacts": [{"content": "...", "confidence": 0.9, **LABELS}, "Prefers Python"],
+            "factsToRemove": ["fact_id"],
+        }
     ),
-    "empty content": _with_fact(content=""),
-    "blank content": _with_fact(content="   "),
-    "content a number": _with_fact(content=42),
-    "content with a NUL byte": _with_fact(content="Prefers\u0000Python"),
-    "category not a label": _with_fact(category="pref erence!"),
-    "shouldUpdate 'yes'": json.dumps(
-        update_reply(user={"workContext": {"summary": "Engineer.", "shouldUpdate": "yes"}})
-    ),
-    "summary a list": json.dumps(
-        update_reply(user={"workContext": {"summary": ["Engineer"], "shouldUpdate": True}})
-    ),
-    "section a string": json.dumps(update_reply(history={"recentMonths": "busy"})),
-    "factsToRemove a string": json.dumps(update_reply(factsToRemove="fact_1")),
-    "factsToRemove with a number": json.dumps(update_reply(factsToRemove=[3])),
     "JSON only inside <think>": "<think>" + _GOOD + "</think>I cannot decide.",
     "1 MB of text": "lorem ipsum dolor sit amet " * 40_000,
     "1 MB of braces": "{" * 1_000_000,
     "deeply nested": '{"user": ' + "[" * 200_000,
 }
-"""Replies that are not a usable memory update, by what is wrong with them. Each would change
-the memory if it were accepted (they carry a good fact or section next to the fault)."""
+"""Replies with no usable part, by what is wrong with them: the update fails and the memory
+stays as it was. Each would change the memory if it were accepted."""
+
+_SECTION = {"work_context": "Backend engineer at Acme."}
+_GOOD_FACT = ["Works on billing"]
+
+
+def _flawed_section(**section: Any) -> str:
+    return json.dumps(update_reply(user={"workContext": {**LABELS, **section}}))
+
+
+FLAWED_REPLIES: dict[str, tuple[str, str, dict[str, str], list[str]]] = {
+    # name: (reply, the reason its bad part is dropped, sections kept, facts kept)
+    "user is a string": (
+        json.dumps(update_reply(user="backend engineer")),
+        "malformed",
+        {},
+        ["Prefers Python"],
+    ),
+    "history is a list": (
+        json.dumps(update_reply(history=[])),
+        "malformed",
+        _SECTION,
+        ["Prefers Python"],
+    ),
+    "newFacts is an object": (
+        json.dumps(update_reply(newFacts={"content": "Prefers Python"})),
+        "malformed",
+        _SECTION,
+        [],
+    ),
+    "newFacts entry is a string": (
+        json.dumps(update_reply(newFacts=["Prefers Python"])),
+        "malformed",
+        _SECTION,
+        [],
+    ),
+    "confidence 'high'": (
+        _with_fact(confidence="high"),
+        "confidence_invalid",
+        _SECTION,
+        _GOOD_FACT,
+    ),
+    "confidence NaN": (
+        _with_fact(confidence=float("nan")),
+        "confidence_invalid",
+        _SECTION,
+        _GOOD_FACT,
+    ),
+    "confidence Infinity": (
+        _with_fact(confidence=float("inf")),
+        "confidence_invalid",
+        _SECTION,
+        _GOOD_FACT,
+    ),
+    "confidence 1.5": (_with_fact(confidence=1.5), "confidence_out_of_range", _SECTION, _GOOD_FACT),
+    "confidence -0.5": (
+        _with_fact(confidence=-0.5),
+        "confidence_out_of_range",
+        _SECTION,
+        _GOOD_FACT,
+    ),
+    "confidence true": (_with_fact(confidence=True), "confidence_invalid", _SECTION, _GOOD_FACT),
+    "confidence missing": (
+        json.dumps(update_reply(newFacts=[{"content": "Prefers Python", **LABELS}])),
+        "confidence_invalid",
+        _SECTION,
+        [],
+    ),
+    "empty content": (_with_fact(content=""), "empty", _SECTION, _GOOD_FACT),
+    "blank content": (_with_fact(content="   "), "empty", _SECTION, _GOOD_FACT),
+    "placeholder content": (_with_fact(content="..."), "placeholder", _SECTION, _GOOD_FACT),
+    "template word": (_with_fact(content="string"), "placeholder", _SECTION, _GOOD_FACT),
+    "the prompt's example": (
+        _with_fact(content="<one sentence about the user>"),
+        "placeholder",
+        _SECTION,
+        _GOOD_FACT,
+    ),
+    "content a number": (_with_fact(content=42), "malformed", _SECTION, _GOOD_FACT),
+    "content with a lone surrogate": (
+        _with_fact(content="Prefers\ud800Python"),
+        "malformed",
+        _SECTION,
+        _GOOD_FACT,
+    ),
+    "content too long": (_with_fact(content="Likes tea. " * 100), "too_long", _SECTION, _GOOD_FACT),
+    "category not a label": (
+        _with_fact(category="pref erence!"),
+        "category_invalid",
+        _SECTION,
+        _GOOD_FACT,
+    ),
+    "shouldUpdate 'yes'": (
+        _flawed_section(summary="Engineer.", shouldUpdate="yes"),
+        "malformed",
+        {},
+        ["Prefers Python"],
+    ),
+    "summary a list": (
+        _flawed_section(summary=["Engineer"], shouldUpdate=True),
+        "malformed",
+        {},
+        ["Prefers Python"],
+    ),
+    "placeholder summary": (
+        _flawed_section(summary="...", shouldUpdate=True),
+        "placeholder",
+        {},
+        ["Prefers Python"],
+    ),
+    "section a string": (
+        json.dumps(update_reply(history={"recentMonths": "busy"})),
+        "malformed",
+        _SECTION,
+        ["Prefers Python"],
+    ),
+    "factsToRemove a string": (
+        json.dumps(update_reply(factsToRemove="fact_1")),
+        "malformed",
+        _SECTION,
+        ["Prefers Python"],
+    ),
+    "factsToRemove with a number": (
+        json.dumps(update_reply(factsToRemove=[3])),
+        "malformed",
+        _SECTION,
+        ["Prefers Python"],
+    ),
+    "removal of the template id": (
+        json.dumps(update_reply(factsToRemove=["fact_id"])),
+        "placeholder",
+        _SECTION,
+        ["Prefers Python"],
+    ),
+}
+"""Replies with one bad part next to good ones: the bad part is dropped and counted by reason,
+the rest is applied."""

@@ -518,9 +518,10 @@ def test_report_numbers_match_the_seeded_database(url):
         "llm_calls": 0,
         "prompt_tokens": 0,
         "completion_tokens": 0,
+        "rejected_items": 0,
         "held_over_budget": 0,
     }
-    assert data["llm_usage"] == []
+    assert data["llm_usage"] == [] and data["llm_rejections"] == []
     categories = {row["category"]: row for row in data["categories"]}
     assert [row["category"] for row in data["categories"]] == ["preference", "context", "knowledge"]
     assert categories["preference"]["facts"] == 3

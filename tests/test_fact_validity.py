@@ -98,7 +98,7 @@ def test_a_removed_fact_is_closed_not_deleted_and_its_text_stays_in_history(stor
         store.load(**SCOPE, as_of=datetime(2026, 1, 1))
 
     events, _ = history.change_log(store.engine, Scope.of(**SCOPE), fact_id="fact_lisbon")
-    removed, added = events
+    added, removed = events  # oldest first
     assert (removed["event"], removed["content_before"], removed["content_after"]) == (
         "removed",
         "Lives in Lisbon",
@@ -113,7 +113,7 @@ def test_an_edit_keeps_its_text_before_and_after_and_the_old_version(store):
     doc.facts = [doc.facts[0].replace(content="Uses neovim")]
     store.save(doc, **SCOPE)
     events, _ = history.change_log(store.engine, Scope.of(**SCOPE), fact_id="fact_a")
-    assert (events[0]["event"], events[0]["content_before"], events[0]["content_after"]) == (
+    assert (events[-1]["event"], events[-1]["content_before"], events[-1]["content_after"]) == (
         "updated",
         "Uses vim",
         "Uses neovim",
@@ -589,8 +589,17 @@ def test_the_migration_keeps_facts_and_goes_down_to_its_parent(before_engine):
             f"('acme', 'u1', 'coder', 'fact_m', 'Plays chess', '{fact_digest('Plays chess')}', "
             "'context', 0.9, '2026-01-01', '2026-01-01', 'plays chess')"
         )
+    before = _shape(engine)
     migrations.upgrade(engine, "0012")
     assert migrations.check(engine) is None
+    after = _shape(engine)
+    # Every view and table there before is there after, with its columns (0012 adds some).
+    for kind in ("views", "tables"):
+        for name, (columns, *_) in before[kind].items():
+            assert set(columns) <= set(after[kind][name][0]), name
+    assert "memory_report_superseded" in after["views"]
+    assert "held_over_budget" in after["views"]["memory_report_llm_usage"][0]
+    assert {"stale_offered", "facts_merged"} <= set(after["views"]["memory_report_llm_usage"][0])
     store = (
         SQLStorage(engine)
         if migrations.current_revision(engine) == migrations.head_revision()
@@ -615,6 +624,7 @@ def test_the_migration_keeps_facts_and_goes_down_to_its_parent(before_engine):
         store.save(doc, **SCOPE)
         assert store.match_facts(doc, Scope.of(**SCOPE), ["chess"]) == []
     migrations.downgrade(engine, parent)
+    assert _shape(engine) == before  # exactly the parent's tables, constraints and views
     columns = {c["name"] for c in sa.inspect(engine).get_columns("memory_facts")}
     assert "valid_to" not in columns and "superseded_by" not in columns
     with engine.connect() as conn:
@@ -632,3 +642,27 @@ def test_an_id_used_again_after_its_fact_was_closed_is_stored(store):
     assert set(_rows(store)) == {"fact_again"}
     events, _ = history.change_log(store.engine, Scope.of(**SCOPE), fact_id="fact_again")
     assert [e["event"] for e in events] == ["added", "removed", "added"]
+
+
+def _shape(engine: sa.Engine) -> dict[str, dict[str, tuple]]:
+    """Each table's and view's columns, and each table's checks, unique constraints and
+    indexes, by name."""
+    inspector = sa.inspect(engine)
+    tables = {
+        name: (
+            sorted(c["name"] for c in inspector.get_columns(name)),
+            sorted(
+                " ".join(str(c["sqltext"]).split()) for c in inspector.get_check_constraints(name)
+            ),
+            sorted(str(u["name"]) for u in inspector.get_unique_constraints(name)),
+            sorted(str(i["name"]) for i in inspector.get_indexes(name)),
+        )
+        for name in inspector.get_table_names()
+        if name.startswith("memory_") and not name.startswith("memory_facts_fts")
+    }
+    views = {
+        name: (sorted(c["name"] for c in inspector.get_columns(name)),)
+        for name in inspector.get_view_names()
+        if name.startswith("memory_")
+    }
+    return {"tables": tables, "views": views}

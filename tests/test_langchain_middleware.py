@@ -446,7 +446,7 @@ def test_the_core_does_not_import_langchain_and_the_extra_is_named() -> None:
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
-    assert "pip install 'memory-sql[langchain]'" in out.stdout
+    assert "pip install -e '.[langchain]'" in out.stdout
 
 
 def test_the_context_is_ranked_by_the_runs_turn(llm: Any, sqlite_url: str, user_id: str) -> None:

@@ -26,11 +26,13 @@ def test_reply_text_tokens_and_request(llm):
     llm.reply('{"ok": true}', prompt_tokens=123, completion_tokens=7)
     with _client(llm, llm_temperature=0.3) as client:
         completion = client.complete(PROMPT)
-    assert completion == Completion('{"ok": true}', 123, 7, "test-model")
+    assert completion == Completion('{"ok": true}', 123, 7, "test-model", "stop")
+    assert not completion.cut
     [body] = llm.requests
     assert body["model"] == "test-model"
     assert body["messages"] == PROMPT
     assert body["temperature"] == 0.3
+    assert body["max_tokens"] == MemoryConfig().reply_token_limit() == 4036
     assert body["response_format"] == {"type": "json_object"}
     assert llm.request_headers[0]["authorization"] == "Bearer sk-test"
 
@@ -204,3 +206,61 @@ def test_threads_share_one_client(llm):
     for thread in threads:
         thread.join(timeout=10)
     assert answers == {n: f"QUESTION {n}" for n in range(8)}
+
+
+def test_max_tokens_is_the_setting_or_derived_from_the_budgets(llm):
+    for _ in range(3):
+        llm.reply('{"ok": true}')
+    _client(llm, llm_max_tokens=300).complete(PROMPT)
+    _client(llm, injected_memory_max_tokens=1000, guaranteed_token_budget=0).complete(PROMPT)
+    _client(llm).complete(PROMPT, max_tokens=16)
+    assert [body["max_tokens"] for body in llm.requests] == [300, 1000 + 1536, 16]
+
+
+def test_a_reply_cut_at_max_tokens_keeps_its_real_token_counts(llm, caplog):
+    llm.reply('{"user": {"workC', prompt_tokens=1500, completion_tokens=64, finish_reason="length")
+    completion = _client(llm, llm_max_tokens=64).complete(PROMPT)
+    assert completion.cut and completion.finish_reason == "length"
+    assert (completion.prompt_tokens, completion.completion_tokens) == (1500, 64)
+    assert "stopped at its token limit (max_tokens 64, 64 tokens)" in caplog.text
+
+
+def test_a_reply_that_spent_every_token_on_reasoning_is_cut_not_an_error(llm):
+    llm.reply(None, prompt_tokens=900, completion_tokens=4036, finish_reason="length")
+    completion = _client(llm).complete(PROMPT)
+    assert completion.cut and completion.text == "" and completion.completion_tokens == 4036
+
+
+def test_a_format_refusal_on_the_probe_is_not_retried(llm):
+    """llama.cpp answers an unsupported response_format with HTTP 500, which the client retries
+    (twice by default): the probe goes without retries, so the refusal costs one request."""
+    llm.refuse_format("json_object", status=500, message="response_format is not supported")
+    llm.reply('{"ok": true}')
+    _client(llm, llm_max_retries=2).complete(PROMPT)
+    assert [ScriptedLLM.format_of(body) for body in llm.requests] == ["json_object", "none"]
+
+
+def test_a_transient_error_on_the_probe_still_gets_the_retries(llm):
+    llm.reply("overloaded", status=503)
+    llm.reply('{"ok": true}')
+    completion = _client(llm, llm_max_retries=2).complete(PROMPT)
+    assert completion.text == '{"ok": true}'
+    assert [ScriptedLLM.format_of(body) for body in llm.requests] == ["json_object"] * 2
+
+
+def test_probe_structured_output_names_the_accepted_mode(llm):
+    from memory_sql.update.parser import update_json_schema
+
+    llm.refuse_format("json_schema", status=500, message="response_format: bad type")
+    llm.refuse_format("json_object+schema", status=400)
+    llm.reply('{"ok": true}')
+    client = _client(llm, llm_max_retries=2)
+    assert client.probe_structured_output() == "json_object"
+    kinds = [ScriptedLLM.format_of(body) for body in llm.requests]
+    assert kinds == ["json_schema", "json_object+schema", "json_object"]
+    assert all(body["max_tokens"] == 16 for body in llm.requests)
+    assert llm.requests[0]["response_format"]["json_schema"]["schema"] == update_json_schema()
+    # The answer is remembered: the next call starts there.
+    llm.reply('{"ok": true}')
+    client.complete(PROMPT, schema=update_json_schema())
+    assert ScriptedLLM.format_of(llm.requests[-1]) == "json_object"

@@ -51,7 +51,7 @@ def test_the_view_equals_the_servers_recorded_usage(url, llm):
     tenant = f"t{uuid.uuid4().hex[:8]}"
     other = f"o{uuid.uuid4().hex[:8]}"
     storage = open_storage(url)
-    updater = MemoryUpdater(llm_config(llm, llm_max_retries=0), storage)
+    updater = MemoryUpdater(llm_config(llm, llm_max_retries=0, llm_repair_attempts=0), storage)
     try:
         llm.reply(json.dumps(update_reply()), prompt_tokens=1200, completion_tokens=80)
         llm.reply(json.dumps(update_reply()), prompt_tokens=1300, completion_tokens=60)

@@ -77,7 +77,7 @@ def test_task_rule_temporary_fact_and_transactional_section_are_kept_out(tmp_pat
         updater.close()
         storage.close()
     assert result.ok
-    assert result.rejected == {"thread scope": 1, "temporary": 1, "transactional": 1}
+    assert result.rejected == {"thread_scope": 1, "temporary": 1, "transactional": 1}
     assert sum(result.rejected.values()) == 3
     # The user-scoped correction is stored, however it is phrased.
     assert [(f.content, f.category) for f in doc.facts] == [
@@ -89,7 +89,7 @@ def test_task_rule_temporary_fact_and_transactional_section_are_kept_out(tmp_pat
     assert len(gated) == 3 and all(
         r.levelname == "DEBUG" for r in caplog.records if "scope gate" in r.getMessage()
     )
-    assert any("British spelling" in line and "thread scope" in line for line in gated)
+    assert any("British spelling" in line and "thread_scope" in line for line in gated)
     assert any("appendix" in line and "transactional" in line for line in gated)
 
 
@@ -115,8 +115,8 @@ def test_unlabeled_items_are_not_stored_by_default_and_counted():
     )
     assert not changes and doc.facts == []
     assert [(kind, reason) for kind, _, reason in changes.gated] == [
-        ("section", "unlabeled"),
-        ("fact", "unlabeled"),
+        ("section", "label_missing"),
+        ("fact", "label_missing"),
     ]
 
 
@@ -137,23 +137,23 @@ def test_the_switch_stores_unlabeled_items_as_before_the_gate():
         config=config,
         now=utcnow(),
     )
-    assert [reason for _, _, reason in changes.gated] == ["project scope"]
+    assert [reason for _, _, reason in changes.gated] == ["project_scope"]
 
 
 @pytest.mark.parametrize(
     ("labels", "correction", "reason"),
     [
         (LABELS, False, None),
-        ({**LABELS, "scope": "project"}, False, "project scope"),
+        ({**LABELS, "scope": "project"}, False, "project_scope"),
         ({**LABELS, "durability": "temporary"}, False, "temporary"),
         ({**LABELS, "authority": "transactional"}, False, "transactional"),
-        ({**LABELS, "scope": "session"}, False, "unknown scope"),
-        ({**LABELS, "authority": 3}, False, "unknown authority"),
-        ({"scope": "user"}, False, "unlabeled"),
+        ({**LABELS, "scope": "session"}, False, "label_unknown"),
+        ({**LABELS, "authority": 3}, False, "label_unknown"),
+        ({"scope": "user"}, False, "label_missing"),
         ({"scope": "user"}, True, None),
         ({"scope": "USER", "durability": "temporary"}, True, None),
-        ({**LABELS, "scope": "thread"}, True, "thread scope"),
-        ({}, True, "unlabeled"),
+        ({**LABELS, "scope": "thread"}, True, "thread_scope"),
+        ({}, True, "label_missing"),
     ],
 )
 def test_gate_reasons(labels, correction, reason):
@@ -182,3 +182,30 @@ def test_the_prompt_asks_for_the_three_labels():
         '"transactional"',
     ):
         assert needle in SYSTEM_PROMPT, needle
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        ("Wants British spelling for this report", "one_off"),
+        ("Is in a hurry today", "one_off"),
+        ("Wants the answer in bullet points in this conversation", "one_off"),
+        ("这次报告用英式拼写", "one_off"),
+        ("Prefers British spelling", None),
+        ("Works on this project's billing service", None),
+        ("Has written Python daily for ten years", None),
+    ],
+)
+def test_a_one_off_rule_labelled_durable_is_kept_out(content, reason):
+    fact = {"content": content, "confidence": 0.9, **LABELS}
+    [proposed] = parse_update(json.dumps({"newFacts": [fact]})).new_facts
+    found = gate_reason(proposed, correction=False, allow_unlabeled=False, text=proposed.content)
+    assert found == reason
+    _, changes = apply_update(
+        MemoryDocument(),
+        parse_update(json.dumps({"newFacts": [fact]})),
+        thread_id="t",
+        config=MemoryConfig(),
+        now=utcnow(),
+    )
+    assert bool(changes.facts_added) is (reason is None)

@@ -125,6 +125,8 @@ def test_two_keys_never_wait_on_each_other(make_service, llm, scope):
 
 
 def test_a_busy_key_is_still_updated_by_the_maximum_wait(make_service, llm, scope):
+    import openai  # noqa: F401  (imported here, its first import is not timed: seconds when loaded)
+
     service = make_service(debounce_seconds=1.5, max_debounce_seconds=3.0)
     user = scope["user_id"]
     started = time.monotonic()
@@ -136,8 +138,8 @@ def test_a_busy_key_is_still_updated_by_the_maximum_wait(make_service, llm, scop
         if first_update is None and llm.requests:
             first_update = time.monotonic() - started
         time.sleep(0.3)
-    assert first_update is not None
-    assert 2.7 <= first_update <= 4.5, first_update
+    assert first_update is not None  # without the maximum wait: never, turns come every 0.3 s
+    assert 2.7 <= first_update <= 5.5, first_update
 
 
 def test_a_conversation_arriving_during_its_update_runs_next(make_service, llm, scope):
@@ -406,3 +408,20 @@ def test_a_long_flush_is_learned_from_whole_part_by_part(make_service, llm, scop
     assert len(prompts) >= 3
     assert not any("earlier messages omitted" in prompt for prompt in prompts)
     assert facts_of(service, scope["user_id"]) == sorted(f"Likes {t}" for t in things)
+
+
+def test_status_counts_the_reply_parts_refused(make_service, llm, scope):
+    from llm_server import LABELS, update_reply
+
+    reply = update_reply()
+    reply["newFacts"] += [
+        {"content": "...", "confidence": 0.9, **LABELS},
+        {"content": "Likes tea", "confidence": 7, **LABELS},
+    ]
+    llm.reply(json.dumps(reply))
+    service = make_service(debounce_seconds=0)
+    assert service.status()["rejected_items"] == 0 and service.rejections() == {}
+    assert service.after_agent(chat("tea"), thread_id="t1", user_id=scope["user_id"])
+    assert wait_for(lambda: service.status()["rejected_items"] == 2)
+    assert service.rejections() == {"placeholder": 1, "confidence_out_of_range": 1}
+    assert facts_of(service, scope["user_id"], None) == ["Prefers Python"]

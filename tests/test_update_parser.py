@@ -7,7 +7,7 @@ import json
 import time
 
 import pytest
-from llm_server import MALFORMED_REPLIES, update_reply
+from llm_server import FLAWED_REPLIES, LABELS, MALFORMED_REPLIES, update_reply
 
 from memory_sql.errors import InvalidUpdateError
 from memory_sql.update.parser import MAX_JSON_CHARS, MemoryUpdate, _drop_reasoning, parse_update
@@ -110,8 +110,26 @@ def test_malformed_reply_is_rejected_with_a_reason(name):
     assert str(caught.value).startswith("invalid memory update from the LLM: ")
 
 
-def test_at_least_fifteen_kinds_of_malformed_reply():
-    assert len(MALFORMED_REPLIES) >= 15
+def test_at_least_thirty_kinds_of_imperfect_reply():
+    assert len(MALFORMED_REPLIES) >= 10 and len(FLAWED_REPLIES) >= 20
+
+
+@pytest.mark.parametrize("name", list(FLAWED_REPLIES))
+def test_a_bad_part_is_dropped_with_its_reason_and_the_rest_kept(name):
+    reply, reason, sections, facts = FLAWED_REPLIES[name]
+    update = parse_update(reply)
+    assert [item.reason for item in update.dropped] == [reason]
+    assert update.rejected == {reason: 1}
+    assert update.section_updates() == sections
+    assert [fact.content for fact in update.new_facts] == facts
+
+
+def test_every_reason_is_exercised_by_the_fixtures():
+    from memory_sql.update.rejections import PARSE_REASONS
+
+    assert {reason for _, reason, _, _ in FLAWED_REPLIES.values()} == set(PARSE_REASONS) - {
+        "too_many"
+    }
 
 
 @pytest.mark.parametrize(
@@ -120,15 +138,123 @@ def test_at_least_fifteen_kinds_of_malformed_reply():
         ("", "empty"),
         ("no json here", "no JSON object"),
         (GOOD[:-10], "no complete JSON object"),
-        (json.dumps({"user": {}, "history": {}}), "lacks newFacts"),
         ("[" + GOOD + "]", "JSON array"),
-        (json.dumps(update_reply(newFacts=[{"content": "x", "confidence": "high"}])), "high"),
-        (json.dumps(update_reply(newFacts=[{"content": " ", "confidence": 0.9}])), "empty"),
+        (
+            json.dumps(
+                {"user": {}, "history": {}, "newFacts": [{"content": "x", "confidence": "high"}]}
+            ),
+            r"no usable part in the reply \(confidence_invalid ×1; newFacts.0.confidence: "
+            "confidence 'high' is not a number",
+        ),
+        (
+            json.dumps({"newFacts": [{"content": " ", "confidence": 0.9}, {"content": "…"}]}),
+            r"\(empty ×1, placeholder ×1; newFacts.0.content: content is empty\)",
+        ),
     ],
 )
 def test_reasons_are_readable(reply, reason):
-    with pytest.raises(InvalidUpdateError, match=reason):
+    with pytest.raises(InvalidUpdateError, match=reason) as caught:
         parse_update(reply)
+    assert sum(caught.value.rejected.values()) == caught.value.reason.count("×") or (
+        not caught.value.rejected
+    )
+
+
+def test_a_reply_without_a_part_is_nothing_to_learn_not_an_error():
+    update = parse_update('{"user": {}, "history": {}, "newFacts": []}')
+    assert update.dropped == () and update.new_facts == [] and update.section_updates() == {}
+    # A small model's reply that leaves a part out is read for what it has.
+    update = parse_update(json.dumps({"newFacts": update_reply()["newFacts"]}))
+    assert [fact.content for fact in update.new_facts] == ["Prefers Python"]
+
+
+def test_raw_control_characters_inside_strings_are_read():
+    reply = GOOD.replace("Backend engineer at Acme.", "Backend engineer\nat Acme,\tin Lisbon.")
+    assert "\n" in reply
+    update = parse_update(reply)
+    assert update.section_updates() == {"work_context": "Backend engineer\nat Acme,\tin Lisbon."}
+
+
+@pytest.mark.parametrize(
+    ("given", "read"),
+    [(1.0, 1.0), (1.2, 1.0), (1.25, 1.0), ("1.1", 1.0), (-0.2, 0.0), (0.0, 0.0), (0.42, 0.42)],
+)
+def test_a_confidence_a_little_outside_the_range_is_clamped(given, read):
+    fact = {"content": "Prefers Python", "confidence": given, **LABELS}
+    [parsed] = parse_update(json.dumps(update_reply(newFacts=[fact]))).new_facts
+    assert parsed.confidence == read
+
+
+@pytest.mark.parametrize("given", [1.26, 1.5, 5, 90, -0.26, -1])
+def test_a_confidence_further_out_is_refused(given):
+    fact = {"content": "Prefers Python", "confidence": given, **LABELS}
+    update = parse_update(json.dumps(update_reply(newFacts=[fact])))
+    assert update.new_facts == [] and update.rejected == {"confidence_out_of_range": 1}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "...",
+        "…",
+        " - ",
+        "?!",
+        "string",
+        "Fact_ID",
+        "N/A",
+        "<one sentence about the user>",
+        "<the complete new summary>",
+        "<anything in brackets>",
+        "{name}",
+        '"summary"',
+        "TODO.",
+    ],
+)
+def test_placeholders(text):
+    from memory_sql.update.parser import placeholder
+
+    assert placeholder(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["Prefers Python", "我喜欢咖啡", "Uses C", "42", "Is a <b>bold</b> writer", "Likes strings"],
+)
+def test_real_text_is_no_placeholder(text):
+    from memory_sql.update.parser import placeholder
+
+    assert not placeholder(text)
+
+
+def test_the_prompt_example_stores_nothing_if_echoed():
+    """The example reply in the system prompt, sent back as it is, yields no fact, section or
+    removal: every value in it that could be stored is refused."""
+    from memory_sql.update.prompt import SYSTEM_PROMPT
+
+    example = SYSTEM_PROMPT[SYSTEM_PROMPT.index("{\n") : SYSTEM_PROMPT.rindex("}") + 1]
+    update = parse_update(example)
+    assert update.new_facts == [] and update.section_updates() == {}
+    assert update.facts_to_remove == []
+    assert update.rejected == {"placeholder": 3}
+
+
+def test_facts_past_max_items_are_dropped_as_too_many():
+    from memory_sql.update.parser import MAX_NEW_FACTS
+
+    facts = [
+        {"content": f"Knows language {i}", "confidence": 0.9} for i in range(MAX_NEW_FACTS + 3)
+    ]
+    update = parse_update(json.dumps(update_reply(newFacts=facts)))
+    assert len(update.new_facts) == MAX_NEW_FACTS
+    assert update.rejected == {"too_many": 3}
+
+
+def test_dropped_parts_are_not_stored_with_the_reply():
+    reply, *_ = FLAWED_REPLIES["placeholder content"]
+    update = parse_update(reply)
+    again = MemoryUpdate.model_validate_json(update.model_dump_json())
+    assert update.dropped and again.dropped == ()
+    assert again.new_facts == update.new_facts
 
 
 @pytest.mark.parametrize(
@@ -168,3 +294,49 @@ def test_a_long_think_block_does_not_count_against_the_limit():
 )
 def test_reasoning_blocks_are_dropped_as_before(reply, kept):
     assert _drop_reasoning(reply) == kept
+
+
+def test_aging_items_are_read_one_by_one_and_a_bad_one_is_dropped_and_counted():
+    fact = {**update_reply()["newFacts"][0], "expectedValidDays": "40"}
+    fact["replaces"] = ["fact_old", "...", 7]
+    reply = update_reply(
+        newFacts=[fact],
+        factsToReinforce=["fact_kept", "fact_id"],
+        staleFactsToRemove=["fact_stale", {"id": "<id of a fact in the current memory>"}, {}],
+        staleFactsToExtend=[
+            {"id": "fact_long", "extend_by_days": "99999", "reason": "still true " * 100},
+            {"id": "fact_bad", "extend_by_days": "soon"},
+        ],
+        factsToConsolidate=[
+            {"sourceIds": ["fact_x", "fact_y"], "consolidated": {"content": "Uses vim daily"}},
+            {"sourceIds": ["fact_x", "fact_z"], "consolidated": {"content": "   "}},
+        ],
+    )
+    update = parse_update(json.dumps(reply))
+    [kept] = update.new_facts
+    assert (kept.expected_valid_days, kept.replaces) == (40, ["fact_old"])
+    assert update.facts_to_reinforce == ["fact_kept"]
+    assert [item.id for item in update.stale_facts_to_remove] == ["fact_stale"]
+    [extension] = update.stale_facts_to_extend
+    assert extension.id == "fact_long" and extension.extend_by_days == 36_500
+    assert len(extension.reason or "") == 300  # cut for the log, not refused
+    [group] = update.facts_to_consolidate
+    assert group.source_ids == ["fact_x", "fact_y"]
+    kinds = sorted((item.kind, item.reason) for item in update.dropped)
+    assert kinds == [
+        ("consolidation", "empty"),
+        ("reinforcement", "placeholder"),
+        ("replacement", "malformed"),
+        ("replacement", "placeholder"),
+        ("stale_extension", "malformed"),
+        ("stale_removal", "malformed"),
+        ("stale_removal", "placeholder"),
+    ]
+
+
+def test_a_reply_of_only_aging_items_is_found_and_kept():
+    update = parse_update(json.dumps({"staleFactsToRemove": [{"id": "fact_a", "reason": "old"}]}))
+    assert [item.id for item in update.stale_facts_to_remove] == ["fact_a"]
+    with pytest.raises(InvalidUpdateError) as caught:
+        parse_update(json.dumps({"user": {}, "staleFactsToRemove": [{"id": "..."}]}))
+    assert caught.value.rejected == {"placeholder": 1}

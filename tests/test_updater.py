@@ -14,7 +14,14 @@ import pytest
 import sqlalchemy as sa
 from _workers import run_memory_update
 from conftest import assert_no_checked_out_connections
-from llm_server import LABELS, MALFORMED_REPLIES, ScriptedLLM, llm_config, update_reply
+from llm_server import (
+    FLAWED_REPLIES,
+    LABELS,
+    MALFORMED_REPLIES,
+    ScriptedLLM,
+    llm_config,
+    update_reply,
+)
 
 from memory_sql.config import MemoryConfig
 from memory_sql.errors import InvalidMessageError, InvalidScopeError
@@ -238,7 +245,7 @@ def test_upload_mentions_are_kept_out():
         ],
         user={
             "topOfMind": {
-                "summary": "Sales analysis. They uploaded three CSV files today.",
+                "summary": "Sales analysis. They uploaded three CSV files.",
                 "shouldUpdate": True,
             }
         },
@@ -363,7 +370,7 @@ def test_update_from_a_conversation(store, scope, llm):
 def test_malformed_replies_leave_the_memory_byte_for_byte_unchanged(store, scope, llm):
     _seed(store, scope)
     before = _snapshot(store, scope)
-    updater = MemoryUpdater(llm_config(llm, llm_max_retries=0), store)
+    updater = MemoryUpdater(llm_config(llm, llm_max_retries=0, llm_repair_attempts=0), store)
     cases = {**MALFORMED_REPLIES, "null content": None, "HTTP 500": "server down"}
     for name, reply in cases.items():
         llm.reply(reply, status=500 if name == "HTTP 500" else 200)
@@ -379,9 +386,25 @@ def test_malformed_replies_leave_the_memory_byte_for_byte_unchanged(store, scope
     assert _snapshot(store, scope) != before
 
 
+@pytest.mark.parametrize("name", list(FLAWED_REPLIES))
+def test_a_flawed_reply_stores_its_good_parts_only(store, scope, llm, name):
+    _seed(store, scope)
+    reply, reason, sections, facts = FLAWED_REPLIES[name]
+    llm.reply(reply)
+    result = MemoryUpdater(llm_config(llm), store).update_memory(
+        CONVERSATION, thread_id="t-flawed", **scope
+    )
+    assert result.ok and result.rejected == {reason: 1}
+    assert len(llm.requests) == 1  # a reply with a usable part is not asked for again
+    doc = store.load(**scope)
+    added = [f.content for f in doc.facts if f.id in result.facts_added]
+    assert added == facts
+    assert set(result.sections_updated) == set(sections)
+
+
 def test_failures_are_logged_with_scope_and_thread(store, scope, llm, caplog):
     llm.reply("not json at all")
-    result = MemoryUpdater(llm_config(llm), store).update_memory(
+    result = MemoryUpdater(llm_config(llm, llm_repair_attempts=0), store).update_memory(
         CONVERSATION, thread_id="t-log", **scope
     )
     assert result.error == "invalid memory update from the LLM: no JSON object in the reply"

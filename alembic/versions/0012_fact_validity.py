@@ -21,7 +21,7 @@ counts, summed by ``memory_report_llm_usage``. The views that count facts count 
 ``memory_report_superseded`` counts closed facts per tenant and day.
 
 Revision ID: 0012
-Revises: 0015
+Revises: 0013
 Create Date: 2026-12-02
 """
 
@@ -31,7 +31,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0012"
-down_revision = "0015"  # after main's 0014 (budget holds; this view carries both) and 0015
+down_revision = "0013"  # last of the chain: after 0014 (budget holds) and 0013 (rejections)
 branch_labels = None
 depends_on = None
 

@@ -6,7 +6,8 @@ import functools
 import inspect
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -14,8 +15,10 @@ from urllib.parse import unquote, urlsplit
 
 import typer
 import typer.core
+from rich.columns import Columns
 from rich.console import Console
 from rich.markup import escape
+from rich.text import Text
 from sqlalchemy.engine import URL
 
 from ..config import MemoryConfig
@@ -26,8 +29,13 @@ from ..migrations import ensure_at_head
 
 class _Conventions:
     """What every ``memory-sql`` command and group shows the same way in every Typer version:
-    a required argument as ``FILE`` in the usage line (not ``{file}``), and no value type
-    beside a flag (``--json``, not ``--json <bool>``)."""
+    a required argument as ``FILE`` in the usage line (not ``{file}``), no value type beside a
+    flag (``--json``, not ``--json <bool>``), and help text that is wrapped, never cut short
+    with ``…`` (a URL or a variable name longer than its column is folded whole)."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        with _folding_help():
+            super().format_help(ctx, formatter)  # type: ignore[misc]
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         pieces: list[str] = super().collect_usage_pieces(ctx)  # type: ignore[misc]
@@ -39,6 +47,36 @@ class _Conventions:
             if getattr(param, "is_flag", False) and param.metavar is None:
                 param.metavar = ""
         return params
+
+
+class _FoldingColumns(Columns):
+    """Rich's :class:`~rich.columns.Columns` whose texts fold a word too long for their
+    column instead of ending it with ``…`` (Typer draws each option's help as one)."""
+
+    def __init__(self, renderables: Any = None, *args: Any, **kwargs: Any) -> None:
+        items = list(renderables or ())
+        for item in items:
+            if isinstance(item, Text):
+                item.overflow = "fold"
+        super().__init__(items, *args, **kwargs)
+
+
+@contextmanager
+def _folding_help() -> Iterator[None]:
+    """Typer's option help drawn with :class:`_FoldingColumns` while in the block."""
+    try:
+        from typer import rich_utils
+    except ImportError:  # Typer without Rich: plain help, nothing is cut
+        yield
+        return
+    if getattr(rich_utils, "Columns", None) is not Columns:  # a Typer that draws it otherwise
+        yield
+        return
+    rich_utils.Columns = _FoldingColumns  # type: ignore[misc]
+    try:
+        yield
+    finally:
+        rich_utils.Columns = Columns  # type: ignore[misc]
 
 
 def _usage_piece(piece: str) -> str:
@@ -167,11 +205,14 @@ def command(group: typer.Typer, name: str) -> Callable[[F], F]:
 def _follow_terminal_width() -> None:
     """``$COLUMNS`` as it is when a command runs, not as it was when the consoles were made
     (at import): else a program that imports the CLI first and sets the width later, a test
-    runner among them, gets the width of whoever imported it first."""
+    runner among them, gets the width of whoever imported it first. Output to a file or a
+    pipe is not wrapped at that width: a line a program reads stays one line."""
     columns = os.environ.get("COLUMNS", "").strip()
     width = int(columns) if columns.isdigit() and int(columns) > 0 else None
     for console in (out, err):
         console.width = width  # type: ignore[assignment]  (None: the terminal's own)
+        # To a file or a pipe, lines are never broken (tables still fit the width).
+        console.soft_wrap = not console.is_terminal
 
 
 def message(exc: BaseException) -> str:
@@ -185,13 +226,16 @@ def message(exc: BaseException) -> str:
     return " ".join(text.split()) if "\n" in text else text
 
 
+CONFIG_ENV = "MEMORY_SQL_CONFIG"
+
 UrlOption = Annotated[
     str | None,
     typer.Option(
         "--url",
         envvar=URL_ENV,
-        help="Database URL (sqlite:///file.db or postgresql+psycopg://user@host/db). "
-        "Default: sqlite:///memory_sql.db in the working directory.",
+        help="Database URL (sqlite:///file.db or postgresql+psycopg://user@host/db); wins over "
+        "the config file's storage. Default: the config's storage, else sqlite:///memory_sql.db "
+        "in the working directory.",
         show_default=False,
     ),
 ]
@@ -200,6 +244,7 @@ ConfigOption = Annotated[
     Path | None,
     typer.Option(
         "--config",
+        envvar=CONFIG_ENV,
         help="A YAML file with a `memory:` section (MemoryConfig); MEMORY_SQL_* variables "
         "override it.",
         show_default=False,
@@ -207,25 +252,33 @@ ConfigOption = Annotated[
 ]
 
 
-def load_config(
-    config: Path | None, url: str | None = None, *, create: bool = True
-) -> MemoryConfig:
-    """The configuration from ``--config`` (or the environment), with ``--url`` as storage.
+def read_config(config: Path | None, url: str | None = None) -> MemoryConfig:
+    """The settings every command starts from, and the one rule for finding the database.
 
-    ``create=False`` (a command that only reads) passes a SQL storage through
-    :func:`database_url`, so that a SQLite file that does not exist is an error, and checks
-    that its schema is at head: such a command never gives a new (empty) SQLite database
-    the schema, as a service opening it would.
+    The database is, the first that gives one: ``--url`` (or ``$MEMORY_SQL_DATABASE_URL``),
+    then ``$MEMORY_SQL_STORAGE``, then the ``storage`` of ``--config`` (or of the file
+    ``$MEMORY_SQL_CONFIG`` names), then ``sqlite:///memory_sql.db`` in the working directory.
+    Every command that opens a database (``serve``, ``worker``, ``keys``, ``db``, ``facts``,
+    ``queue``, …) resolves it here, so a key made with ``keys create --config X`` lands where
+    ``serve --config X`` looks for it.
     """
     loaded = MemoryConfig.from_yaml(config) if config is not None else MemoryConfig.from_env()
     if url is not None:
         loaded = loaded.model_copy(update={"storage": url})
+    return loaded
+
+
+def load_config(
+    config: Path | None, url: str | None = None, *, create: bool = True
+) -> MemoryConfig:
+    """:func:`read_config`; with ``create=False`` (a command that only reads) a SQL storage
+    also passes through :func:`database_url`, so that a SQLite file that does not exist is an
+    error, and its schema is checked to be at head: such a command never gives a new (empty)
+    SQLite database the schema, as a service opening it would.
+    """
+    loaded = read_config(config, url)
     target = loaded.storage
-    if (
-        not create
-        and not loaded.storage_class
-        and ("://" in target or target.startswith("sqlite:"))
-    ):
+    if not create and not loaded.storage_class and _is_url(target):
         engine = create_engine(database_url(target, create=False))
         try:
             ensure_at_head(engine)
@@ -234,9 +287,34 @@ def load_config(
     return loaded
 
 
+def sql_database(config: Path | None, url: str | None, *, create: bool) -> URL:
+    """The SQL database of :func:`read_config`, through :func:`database_url`.
+
+    Raises:
+        ValueError: the storage is a folder or a storage class, not a SQL database.
+        StorageError: ``create`` is false and the SQLite file does not exist.
+    """
+    loaded = read_config(config, url)
+    if loaded.storage_class:
+        raise ValueError(
+            f"storage use: {loaded.storage_class} is not a SQL database; "
+            "this command needs sqlite:///… or postgresql+psycopg://…"
+        )
+    if not _is_url(loaded.storage):
+        raise ValueError(
+            f"{loaded.storage!r} is not a database URL; this command needs sqlite:///… or "
+            "postgresql+psycopg://…"
+        )
+    return database_url(loaded.storage, create=create)
+
+
+def _is_url(target: str) -> bool:
+    return "://" in target or target.startswith("sqlite:")
+
+
 def database_url(target: str | URL | None, *, create: bool) -> URL:
-    """The database a command opens: ``target``, else ``$MEMORY_SQL_DATABASE_URL``, else the
-    default SQLite file (:func:`~memory_sql.database.resolve_url`).
+    """The database a command opens: ``target`` (see :func:`read_config` for where it comes
+    from), checked.
 
     Every command's database passes here before an engine is made. Only commands that write
     (``create=True``: ``db upgrade``, ``ingest``, ``import``, ``facts add``, …) may let SQLite

@@ -9,11 +9,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
+import sqlalchemy as sa
 import typer
+from sqlalchemy.engine import Engine
 
 from ..migrations import open_engine
+from ..schema import memory_scopes
+from ..scope import Scope
 from ..storage import SQLStorage
-from ._common import database_url, load_config
+from ._common import err, lit, sql_database
 
 UserOption = Annotated[str, typer.Option("--user", help="The user whose memory it is.")]
 AgentOption = Annotated[
@@ -21,8 +25,33 @@ AgentOption = Annotated[
     typer.Option("--agent", help="The agent's name (default: the memory of unnamed agents)."),
 ]
 TenantOption = Annotated[
-    str | None, typer.Option("--tenant", help="The tenant (default: 'default').")
+    str | None,
+    typer.Option(
+        "--tenant",
+        help="The tenant of the user (default: 'default', in every command that names a "
+        "user; a read that finds nothing there names the tenants holding the user).",
+        show_default=False,
+    ),
 ]
+EveryTenantOption = Annotated[
+    str | None,
+    typer.Option("--tenant", help="Only this tenant (default: every tenant).", show_default=False),
+]
+EveryAgentOption = Annotated[
+    str | None,
+    typer.Option(
+        "--agent",
+        help="Only this agent's ('-': the unnamed agents'; default: every agent).",
+        show_default=False,
+    ),
+]
+
+
+def listed_agent(agent: str | None) -> str | None:
+    """``--agent`` of a listing as the library takes it: ``-`` (the unnamed agents') is ``""``."""
+    return "" if agent == "-" else agent
+
+
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
@@ -30,8 +59,8 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of 
 def sql_storage(
     url: str | None, config: Path | None = None, *, create: bool = False
 ) -> Iterator[SQLStorage]:
-    """The SQL store at ``--url`` (else the ``storage`` of ``--config``, else
-    ``$MEMORY_SQL_DATABASE_URL``, else the default SQLite file), at the schema head.
+    """The SQL store of the command's database (:func:`~memory_sql.cli._common.read_config`
+    says which), at the schema head.
 
     A missing SQLite file is refused unless ``create`` (commands that write: see
     :func:`~memory_sql.cli._common.database_url`); those also bring a new SQLite database to
@@ -43,23 +72,8 @@ def sql_storage(
         StorageError: the SQLite file does not exist and ``create`` is false.
         ValueError: the storage is not a SQL database URL.
     """
-    target = url
-    if config is not None:
-        loaded = load_config(config)  # read even beside --url: a broken file is an error
-    if target is None and config is not None:
-        if loaded.storage_class:
-            raise ValueError(
-                f"storage use: {loaded.storage_class} is not a SQL database; "
-                "these commands need sqlite:///… or postgresql+psycopg://…"
-            )
-        target = loaded.storage
-    if target is not None and "://" not in target and not target.startswith("sqlite:"):
-        raise ValueError(
-            f"{target!r} is not a database URL; these commands need sqlite:///… or "
-            "postgresql+psycopg://…"
-        )
     # A new SQLite file gets the schema only from a command that writes.
-    engine = open_engine(database_url(target, create=create), create=create)
+    engine = open_engine(sql_database(config, url, create=create), create=create)
     try:
         storage = SQLStorage(engine)
         try:
@@ -68,6 +82,41 @@ def sql_storage(
             storage.close()
     finally:
         engine.dispose()
+
+
+def other_tenants(engine: Engine, scope: Scope) -> list[str]:
+    """The tenants other than ``scope``'s that hold a memory of ``scope``'s user (any agent)."""
+    statement = (
+        sa.select(memory_scopes.c.tenant_id)
+        .where(
+            memory_scopes.c.user_id == scope.user_id,
+            memory_scopes.c.tenant_id != scope.tenant_id,
+        )
+        .distinct()
+        .order_by(memory_scopes.c.tenant_id)
+        .limit(11)
+    )
+    with engine.connect() as conn:
+        return list(conn.execute(statement).scalars())
+
+
+def note_other_tenants(engine: Engine, scope: Scope, tenant: str | None) -> None:
+    """The CLI's tenant rule, for a read of one user that found nothing: without ``--tenant``
+    (``tenant`` None) it looked in ``default``; say so, and name the tenants that do hold the
+    user (data written through the HTTP API lives in the tenant of its key)."""
+    if tenant is not None:
+        return
+    found = other_tenants(engine, scope)
+    if not found:
+        return
+    names = ", ".join(found[:10]) + (", …" if len(found) > 10 else "")
+    err.print(
+        f"[yellow]note:[/yellow] without --tenant this is tenant {lit(scope.tenant_id)}; "
+        f"user {lit(scope.user_id)} has memories in tenant {lit(names)} "
+        f"(pass --tenant {lit(found[0])})",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def print_json(data: Any) -> None:

@@ -8,13 +8,23 @@ from typing import Annotated
 import typer
 
 from .. import migrations
-from ..config import MemoryConfig
 from ..database import create_engine, redacted
 from ..errors import MemorySQLError
 from ..models import utcnow
 from ..scope import Scope
 from ..storage import SQLStorage
-from ._common import UrlOption, app, command, database_url, group, lit, out, plural
+from ._common import (
+    ConfigOption,
+    UrlOption,
+    app,
+    command,
+    group,
+    lit,
+    out,
+    plural,
+    read_config,
+    sql_database,
+)
 
 db_app = group(help="Create and check the database schema (Alembic).")
 app.add_typer(db_app, name="db")
@@ -40,13 +50,14 @@ def db_upgrade(
             "language before they reach it).",
         ),
     ] = None,
+    config: ConfigOption = None,
 ) -> None:
     """Create or migrate the schema up to REVISION (default: the newest).
 
     Example:
         memory-sql db upgrade --url postgresql+psycopg://postgres@127.0.0.1/memory
     """
-    engine = create_engine(database_url(url, create=True), statement_timeout=None)
+    engine = create_engine(sql_database(config, url, create=True), statement_timeout=None)
     try:
         before = migrations.current_revision(engine)
         migrations.upgrade(engine, revision, text_search_config=text_search_config)
@@ -65,13 +76,13 @@ def db_upgrade(
 
 
 @command(db_app, "current")
-def db_current(url: UrlOption = None) -> None:
+def db_current(url: UrlOption = None, config: ConfigOption = None) -> None:
     """Print the database's schema revision and the newest one this version knows.
 
     Example:
         memory-sql db current --url sqlite:///memory_sql.db
     """
-    engine = create_engine(database_url(url, create=False), statement_timeout=None)
+    engine = create_engine(sql_database(config, url, create=False), statement_timeout=None)
     try:
         current = migrations.current_revision(engine)
     finally:
@@ -86,13 +97,13 @@ def db_current(url: UrlOption = None) -> None:
 
 
 @command(db_app, "check")
-def db_check(url: UrlOption = None) -> None:
+def db_check(url: UrlOption = None, config: ConfigOption = None) -> None:
     """Exit 0 if the database is at head and its tables match the models, else 1.
 
     Example:
         memory-sql db check --url postgresql+psycopg://postgres@127.0.0.1/memory
     """
-    engine = create_engine(database_url(url, create=False), statement_timeout=None)
+    engine = create_engine(sql_database(config, url, create=False), statement_timeout=None)
     try:
         migrations.ensure_at_head(engine)
         drift = migrations.check(engine)
@@ -116,6 +127,7 @@ def db_grant(
         bool, typer.Option("--apply", help="Run the statements (else print them).")
     ] = False,
     url: UrlOption = None,
+    config: ConfigOption = None,
 ) -> None:
     """Print (or --apply) the privileges the HTTP service's role needs on PostgreSQL.
 
@@ -127,7 +139,7 @@ def db_grant(
     """
     from ..server.grants import apply_grants, grant_statements
 
-    engine = create_engine(database_url(url, create=False), statement_timeout=None)
+    engine = create_engine(sql_database(config, url, create=False), statement_timeout=None)
     try:
         migrations.ensure_at_head(engine)
         statements = apply_grants(engine, role) if apply else grant_statements(engine, role)
@@ -155,6 +167,7 @@ def db_purge(
     tenant: Annotated[
         str | None, typer.Option("--tenant", help="Only this tenant's.", show_default=False)
     ] = None,
+    config: ConfigOption = None,
 ) -> None:
     """Delete old closed facts: past versions kept for as-of reads and history.
 
@@ -166,14 +179,14 @@ def db_purge(
     """
     days = older_than_days
     if days is None:
-        days = MemoryConfig.from_env().closed_fact_retention_days
+        days = read_config(config, url).closed_fact_retention_days
         if days == 0:
             raise MemorySQLError(
                 "give --older-than-days (closed_fact_retention_days is 0: keep closed facts)"
             )
     if tenant is not None:
         Scope.of(tenant_id=tenant)  # a clear error for a malformed tenant
-    engine = create_engine(database_url(url, create=False))
+    engine = create_engine(sql_database(config, url, create=False))
     try:
         storage = SQLStorage(engine)
         purged = storage.purge_closed(utcnow() - timedelta(days=days), tenant_id=tenant)

@@ -5,6 +5,9 @@ posts the sample conversations with curl."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import sys
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Annotated
@@ -25,6 +28,7 @@ from ..models import MemoryDocument
 from ..scope import Scope
 from ..service import MemoryService
 from ..update.prompt import SECTION_KEYS
+from ..update.rejections import describe
 from ._common import ConfigOption, app, command, lit, load_config, out
 from .run import leftover_updates
 from .serve import serve as serve_command
@@ -145,13 +149,37 @@ def demo(
             _feed(service, sample, number, len(conversations), settings)
         first = conversations[0]
         _show(service, first)
+        refused = service.rejections()
+        out.print(
+            "Parts of the model's replies refused (not stored): "
+            + (describe(refused) if refused else "none"),
+            style="yellow" if refused else "dim",
+            highlight=False,
+        )
         scope = Scope.of(user_id=first.user_id, agent_name=first.agent_name)
     out.print(
-        f"\nStored in {lit(path)}. Try: memory-sql context --url {lit(url)} --user {scope.user_id}"
-        + (f" --agent {scope.agent_name}" if scope.agent_name else ""),
+        f"\nStored in {lit(path)}. Try: {lit(runnable_command())} context --url {lit(url)} "
+        f"--user {scope.user_id}" + (f" --agent {scope.agent_name}" if scope.agent_name else ""),
         highlight=False,
         soft_wrap=True,
     )
+
+
+def runnable_command() -> str:
+    """How to run ``memory-sql`` from here: ``memory-sql`` when that name on ``PATH`` is this
+    installation's, else the script beside this Python (``.venv/bin/memory-sql`` after
+    ``make demo``, relative to the working directory when inside it), else ``python -m
+    memory_sql``."""
+    script = Path(sys.executable).parent / ("memory-sql.exe" if os.name == "nt" else "memory-sql")
+    on_path = shutil.which("memory-sql")
+    if not script.exists():
+        return "memory-sql" if on_path else f"{sys.executable} -m memory_sql"
+    if on_path and Path(on_path).resolve() == script.resolve():
+        return "memory-sql"
+    try:
+        return str(script.absolute().relative_to(Path.cwd()))
+    except ValueError:
+        return str(script)
 
 
 def _serve(path: Path, settings: MemoryConfig, *, host: str, port: int, with_worker: bool) -> None:
@@ -188,7 +216,8 @@ def _serve(path: Path, settings: MemoryConfig, *, host: str, port: int, with_wor
     lines = [
         "",
         f"API key of the tenant {DEMO_TENANT!r} (role write): {secret}",
-        f"The service's config: {config} (a separate worker: memory-sql worker --config {config})",
+        f"The service's config: {config} (a separate worker: {runnable_command()} worker "
+        f"--config {config})",
         "",
         "In another terminal, post the sample conversations one by one and watch the memory:",
         "",
@@ -284,6 +313,7 @@ def _feed(
         highlight=False,
     )
     before = service.storage.load(**scope)
+    refused_before = service.rejections()
     if not service.queue_kept(kept, thread_id=sample.thread_id, **scope):
         raise MemorySQLError(f"the sample conversation {sample.id!r} could not be queued")
     timeout = (settings.llm_max_retries + 1) * settings.llm_timeout_seconds + 10
@@ -294,6 +324,17 @@ def _feed(
         raise MemorySQLError(f"the update failed: {left[0]}{hint}")
     after = service.storage.load(**scope)
     _print_changes(before, after)
+    refused = {
+        reason: number - refused_before.get(reason, 0)
+        for reason, number in service.rejections().items()
+        if number > refused_before.get(reason, 0)
+    }
+    if refused:
+        out.print(
+            f"  ! refused from the model's reply: {describe(refused)}",
+            style="yellow",
+            highlight=False,
+        )
 
 
 def _print_changes(before: MemoryDocument, after: MemoryDocument) -> None:

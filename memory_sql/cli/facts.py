@@ -11,7 +11,18 @@ from .. import ops
 from ..ops import FactRecord
 from ..scope import Scope
 from ._common import ConfigOption, UrlOption, app, command, group, lit, out, plural
-from ._data import AgentOption, JsonOption, TenantOption, UserOption, print_json, sql_storage
+from ._data import (
+    AgentOption,
+    EveryAgentOption,
+    EveryTenantOption,
+    JsonOption,
+    TenantOption,
+    UserOption,
+    listed_agent,
+    note_other_tenants,
+    print_json,
+    sql_storage,
+)
 
 facts_app = group(help="List, add, remove and search facts.")
 app.add_typer(facts_app, name="facts")
@@ -34,6 +45,8 @@ def facts_list(
     scope = Scope.of(user_id=user, agent_name=agent, tenant_id=tenant)
     with sql_storage(url, config) as storage:
         doc = storage.load(user_id=user, agent_name=agent, tenant_id=tenant)
+        if doc.version == 0:
+            note_other_tenants(storage.engine, scope, tenant)
     records = [
         FactRecord(scope.tenant_id, scope.user_id, scope.agent_name, fact)
         for fact in sorted(doc.facts, key=lambda f: (-f.confidence, f.created_at, f.id))
@@ -121,16 +134,14 @@ def facts_search(
         float | None, typer.Option("--min-confidence", help="Only facts at least this sure.")
     ] = None,
     user: Annotated[str | None, typer.Option("--user", help="Only this user's facts.")] = None,
-    agent: Annotated[
-        str | None, typer.Option("--agent", help="Only this agent's memories.")
-    ] = None,
-    tenant: Annotated[str | None, typer.Option("--tenant", help="Only this tenant.")] = None,
+    agent: EveryAgentOption = None,
+    tenant: EveryTenantOption = None,
     limit: Annotated[int, typer.Option("--limit", help="At most this many facts.")] = 50,
     as_json: JsonOption = False,
     url: UrlOption = None,
     config: ConfigOption = None,
 ) -> None:
-    """Search the facts of every memory, highest confidence first.
+    """Search the facts of every memory (every tenant unless --tenant), highest confidence first.
 
     TEXT matches case-insensitively after Unicode folding (NFKC and casefold, as duplicates
     are detected), the same on SQLite and PostgreSQL.
@@ -146,7 +157,7 @@ def facts_search(
             min_confidence=min_confidence,
             tenant_id=tenant,
             user_id=user,
-            agent_name=agent,
+            agent_name=listed_agent(agent),
             limit=limit,
         )
     if as_json:

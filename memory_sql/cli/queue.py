@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from ..queue.manage import KEY_SYNTAX, QueueChange, QueuedUpdate
 from ..service import MemoryService
@@ -24,7 +23,7 @@ from ._common import (
     out,
     plural,
 )
-from ._data import AgentOption, JsonOption, TenantOption, print_json
+from ._data import EveryAgentOption, EveryTenantOption, JsonOption, listed_agent, print_json
 from .run import stderr_logging
 
 queue_app = group(help=f"List, retry and drop queued memory updates (KEY: {lit(KEY_SYNTAX)}).")
@@ -49,8 +48,8 @@ def queue_list(
         bool, typer.Option("--failed", help="Only updates given up after max_attempts.")
     ] = False,
     user: Annotated[str | None, typer.Option("--user", help="Only this user's updates.")] = None,
-    agent: AgentOption = None,
-    tenant: TenantOption = None,
+    agent: EveryAgentOption = None,
+    tenant: EveryTenantOption = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many.")] = 50,
     as_json: JsonOption = False,
     url: UrlOption = None,
@@ -67,31 +66,37 @@ def queue_list(
     """
     with _service(url, config) as service:
         rows = service.pending_updates(
-            failed_only=failed, tenant_id=tenant, user_id=user, agent_name=agent, limit=limit
+            failed_only=failed,
+            tenant_id=tenant,
+            user_id=user,
+            agent_name=listed_agent(agent),
+            limit=limit,
         )
         counts = service.queue.counts()
     if as_json:
         print_json([row.to_dict() for row in rows])
         return
-    table = Table(
-        title=f"{plural(counts['pending'], 'update')} waiting, {counts['failed']} failed"
-        + (f" (showing {len(rows)})" if len(rows) < counts["pending"] + counts["failed"] else ""),
-        title_justify="left",
+    shown = f" (showing {len(rows)})" if len(rows) < counts["pending"] + counts["failed"] else ""
+    out.print(
+        f"{plural(counts['pending'], 'update')} waiting, {counts['failed']} failed{shown}",
+        highlight=False,
     )
-    table.add_column("key", overflow="fold")
-    table.add_column("status")
-    table.add_column("attempts", justify="right")
-    table.add_column("due (UTC)", no_wrap=True)
-    table.add_column("last error", overflow="fold")
+    if not rows:
+        return
+    # One row a line with its KEY last and whole, never folded: it is copied into `queue retry`.
+    heading = f"{'status':<8} {'attempts':>8}  {'due (UTC)':<19}  key"
+    out.print(f"[bold]{heading}[/bold]", highlight=False)
     for row in rows:
-        table.add_row(
-            lit(row.key),
-            _status(row),
-            str(row.attempts),
-            row.due_at.strftime("%Y-%m-%d %H:%M:%S"),
-            lit(row.last_error or ""),
+        state = _status(row)
+        style = _STATUS_STYLE.get(state)
+        shown = f"[{style}]{state:<8}[/{style}]" if style else f"{state:<8}"
+        out.print(
+            f"{shown} {row.attempts:>8}  {row.due_at:%Y-%m-%d %H:%M:%S}  {lit(row.key)}",
+            highlight=False,
+            soft_wrap=True,
         )
-    out.print(table)
+        if row.last_error:
+            out.print(f"{'':38}last error: {lit(row.last_error)}", highlight=False, soft_wrap=True)
 
 
 @command(queue_app, "retry")
@@ -184,7 +189,10 @@ def _report(done: str, change: QueueChange) -> None:
         )
 
 
+_STATUS_STYLE = {"running": "cyan", "failed": "red"}
+
+
 def _status(row: QueuedUpdate) -> str:
     if row.running:
-        return "[cyan]running[/cyan]"
-    return "[red]failed[/red]" if row.status == "failed" else "waiting"
+        return "running"
+    return "failed" if row.status == "failed" else "waiting"

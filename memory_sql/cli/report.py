@@ -10,7 +10,7 @@ from rich.text import Text
 
 from ..ops.reports import build_report
 from ._common import ConfigOption, UrlOption, app, command, lit, out, plural
-from ._data import JsonOption, print_json, sql_storage
+from ._data import EveryTenantOption, JsonOption, print_json, sql_storage
 
 BAR_WIDTH = 40
 _EIGHTHS = " ▏▎▍▌▋▊▉"
@@ -20,9 +20,7 @@ REMOVED = "░"  # …and removed
 
 @command(app, "report")
 def report(
-    tenant: Annotated[
-        str | None, typer.Option("--tenant", help="Only this tenant (default: all).")
-    ] = None,
+    tenant: EveryTenantOption = None,
     days: Annotated[int, typer.Option("--days", min=1, help="Activity over this many days.")] = 14,
     top: Annotated[
         int, typer.Option("--top", min=1, help="How many of the largest memories.")
@@ -174,3 +172,11 @@ def _print_report(data: dict[str, Any]) -> None:
     if not data["llm_usage"]:
         usage.add_row("", "(no calls)", "0", "0", "0", "0", "")
     out.print(usage)
+    if data.get("llm_rejections"):
+        refused = Table(title="Reply parts refused (not stored), by reason", title_justify="left")
+        refused.add_column("reason")
+        refused.add_column("calls", justify="right")
+        refused.add_column("parts", justify="right")
+        for row in data["llm_rejections"]:
+            refused.add_row(row["reason"], str(row["calls"]), str(row["items"]))
+        out.print(refused)

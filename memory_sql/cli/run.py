@@ -28,7 +28,7 @@ from ..schema import memory_pending_updates as pending
 from ..scope import Scope, check_thread_id
 from ..service import MemoryService
 from ._common import ConfigOption, UrlOption, app, command, err, lit, load_config, out, plural
-from ._data import AgentOption, TenantOption, UserOption
+from ._data import AgentOption, TenantOption, UserOption, note_other_tenants
 
 _ID_KEYS = {
     "thread_id": ("thread_id", "threadId"),
@@ -453,6 +453,9 @@ def context(
     elif not block:
         state = "empty" if doc.is_empty() else "nothing to show"
         err.print(f"the memory of {lit(scope)} is {state}: no block to inject", highlight=False)
+        engine = getattr(service.storage, "engine", None)
+        if doc.version == 0 and engine is not None:
+            note_other_tenants(engine, scope, tenant)
     else:
         out.print(block, markup=False, highlight=False, soft_wrap=True)
 
@@ -535,7 +538,7 @@ def worker(
             try:
                 first = _status(service, outage)
                 out.print(
-                    f"worker started: {lit(redacted(settings.storage))}, "
+                    f"worker started: database {lit(redacted(settings.storage))}, "
                     f"{plural(settings.workers, 'thread')}; {_status_line(first)}",
                     highlight=False,
                 )
@@ -585,7 +588,7 @@ def _metrics() -> Any:
     except ImportError as exc:
         raise ConfigError(
             f"--metrics-port needs the server extra ({exc.name} is missing): "
-            "pip install 'memory-sql[server]'"
+            "from the clone, pip install -e '.[server]' (or make demo)"
         ) from None
     return Metrics()
 
@@ -659,14 +662,22 @@ def _status_line(status: dict[str, int | None]) -> str:
 
 @contextmanager
 def stderr_logging(level: int, *, quiet_updates: bool = False) -> Iterator[None]:
-    """memory_sql's log records on stderr, one line each (no tracebacks), while in the block.
+    """memory_sql's log records on stderr, one line each (no tracebacks), while in the block:
+    Rich's columns on a terminal, plain ``time LEVEL logger: message`` lines, never wrapped,
+    when stderr is a file or a pipe (a log a program reads, or a container's).
 
     ``quiet_updates`` leaves out the worker's and updater's warnings about failed updates,
     for commands that report those themselves."""
     logger = logging.getLogger("memory_sql")
-    handler = _OneLineHandler(
-        console=err, show_path=False, markup=False, rich_tracebacks=False, level=level
-    )
+    handler: logging.Handler
+    if err.is_terminal:
+        handler = _OneLineHandler(
+            console=err, show_path=False, markup=False, rich_tracebacks=False, level=level
+        )
+    else:
+        handler = logging.StreamHandler(err.file)
+        handler.setLevel(level)
+        handler.setFormatter(_OneLineFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     if quiet_updates:
         handler.addFilter(
             lambda r: r.levelno >= logging.ERROR or not r.name.startswith(_UPDATE_LOGGERS)
@@ -685,13 +696,24 @@ def stderr_logging(level: int, *, quiet_updates: bool = False) -> Iterator[None]
 _UPDATE_LOGGERS = ("memory_sql.queue", "memory_sql.update")
 
 
+def _one_line(record: logging.LogRecord) -> logging.LogRecord:
+    """``record`` with its exception, if any, as ``: Type: message`` on the same line."""
+    if not (record.exc_info and record.exc_info[1] is not None):
+        return record
+    exc = record.exc_info[1]
+    record = logging.makeLogRecord(record.__dict__)
+    record.msg = f"{record.getMessage()}: {type(exc).__name__}: {exc}"
+    record.args = None
+    record.exc_info = None
+    record.exc_text = None
+    return record
+
+
 class _OneLineHandler(RichHandler):
     def emit(self, record: logging.LogRecord) -> None:
-        if record.exc_info and record.exc_info[1] is not None:
-            exc = record.exc_info[1]
-            record = logging.makeLogRecord(record.__dict__)
-            record.msg = f"{record.getMessage()}: {type(exc).__name__}: {exc}"
-            record.args = None
-            record.exc_info = None
-            record.exc_text = None
-        super().emit(record)
+        super().emit(_one_line(record))
+
+
+class _OneLineFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return " ".join(super().format(_one_line(record)).splitlines())

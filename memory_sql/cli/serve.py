@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from ..database import redacted
 from ..errors import ConfigError
 from ._common import (
     ConfigOption,
@@ -59,7 +60,7 @@ def serve(
     except ImportError as exc:
         raise ConfigError(
             f"the HTTP service needs the server extra ({exc.name} is missing): "
-            "pip install 'memory-sql[server]'"
+            "from the clone, pip install -e '.[server]' (or make demo)"
         ) from None
     settings = load_config(config, url)
     ServerState.check(settings)  # a database that is not ready: one line, exit 1
@@ -71,6 +72,13 @@ def serve(
         handler.addFilter(RequestIdFilter())
         handler.addFilter(rate_limit)
     logging.getLogger("alembic").setLevel(logging.WARNING)  # /readyz reads the revision
+    logging.getLogger("memory_sql.server").info(
+        "serving database %s on http://%s:%d (%s)",
+        redacted(settings.storage),
+        host,
+        port,
+        "updates run in this process" if with_worker else "no worker: run `memory-sql worker`",
+    )
     with _signals_end_the_server_only():
         uvicorn.run(
             create_app(settings, with_worker=with_worker),

@@ -20,7 +20,7 @@ from ..errors import MemorySQLError
 from ..integrations.deerflow import folders
 from ..scope import Scope
 from ._common import ConfigOption, UrlOption, app, command, err, lit, out, plural
-from ._data import AgentOption, TenantOption, UserOption, sql_storage
+from ._data import AgentOption, TenantOption, UserOption, note_other_tenants, sql_storage
 
 JsonlOption = Annotated[
     Path | None,
@@ -40,7 +40,11 @@ def export(
     agent: AgentOption = None,
     tenant: Annotated[
         str | None,
-        typer.Option("--tenant", help="The tenant (default: 'default'; with --jsonl: all)."),
+        typer.Option(
+            "--tenant",
+            help="The tenant (default: 'default' for --user, as in every command naming a "
+            "user; with --jsonl: every tenant).",
+        ),
     ] = None,
     output: Annotated[
         Path | None,
@@ -92,6 +96,8 @@ def export(
     with sql_storage(url, config) as storage:
         where = redacted(storage.engine.url)
         data = ops.export_memory(storage, user_id=user, agent_name=agent, tenant_id=tenant)
+        if data["revision"] == 0:
+            note_other_tenants(storage.engine, scope, tenant)
     text = json.dumps(data, ensure_ascii=False, indent=2) + "\n"
     if data["revision"] == 0 and output is not None:
         raise MemorySQLError(f"no memory matched {scope} in {where}; {output} left unchanged")
@@ -222,6 +228,8 @@ def forget(
                 abort=True,
             )
         counts = ops.forget_user(storage.engine, scope.user_id, tenant_id=scope.tenant_id)
+        if not sum(counts.values()):
+            note_other_tenants(storage.engine, scope, tenant)
     out.print(
         f"forgot user {lit(scope.user_id)} (tenant {lit(scope.tenant_id)}): "
         f"{plural(sum(counts.values()), 'row')}",
@@ -244,6 +252,10 @@ def _import_deerflow_dir(
         )
     if plan.problems:
         raise folders.FolderError(root, plan.problems)
+    if not plan.memories:  # before the database is opened: nothing is created
+        raise MemorySQLError(
+            f"{root}: no DeerFlow memory in this folder; {_state_folder_hint(root)}"
+        )
     with (
         sql_storage(url, config, create=True) as storage,
         Progress(
@@ -254,6 +266,19 @@ def _import_deerflow_dir(
         result = folders.import_folder(storage, plan, progress=lambda _: progress.advance(task))
     for line in folders.summary(result):
         out.print(lit(line), highlight=False, soft_wrap=True)
+
+
+def _state_folder_hint(root: Path) -> str:
+    """What to point ``--deerflow-dir`` at instead of ``root``, which holds no memory."""
+    for candidate in (root / ".deer-flow", root / "backend" / ".deer-flow"):
+        if candidate.is_dir():
+            return f"did you mean {candidate}?"
+    if root.name == ".deer-flow":
+        return "DeerFlow has written no memory here yet: nothing to import"
+    return (
+        "give DeerFlow's state folder: $DEER_FLOW_HOME, by default .deer-flow in the folder "
+        "DeerFlow runs from (usually backend/.deer-flow)"
+    )
 
 
 @contextmanager

@@ -87,7 +87,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "memory_sql.integrations.langchain needs LangChain v1 (langchain>=1.1): "
-        "pip install 'memory-sql[langchain]'"
+        "from memory_sql's clone, pip install -e '.[langchain]'"
     ) from exc
 
 from ..recall.injection import date_reminder

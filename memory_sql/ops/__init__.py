@@ -12,6 +12,7 @@ from .facts import remove_fact as remove_fact
 from .facts import update_fact as update_fact
 from .forget import forget_user as forget_user
 from .forget import memory_exists as memory_exists
+from .forget import memory_versions as memory_versions
 from .modify import SAVE_ATTEMPTS as SAVE_ATTEMPTS
 from .modify import describe_validation_error as describe_validation_error
 from .search import FactRecord as FactRecord

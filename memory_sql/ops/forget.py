@@ -1,4 +1,5 @@
-"""Whether a user has memories, and forgetting a user: every row of theirs, in one transaction."""
+"""Whether a user has memories (and at which versions), and forgetting a user: every row of
+theirs, in one transaction."""
 
 from __future__ import annotations
 
@@ -66,6 +67,24 @@ def memory_exists(
     statement = sa.select(sa.literal(1)).where(*conditions).limit(1)
     with database_errors(engine, f"read the memories of {scope}"), engine.connect() as conn:
         return conn.execute(statement).first() is not None
+
+
+def memory_versions(
+    engine: Engine, user_id: str, *, tenant_id: str | None = None
+) -> dict[str | None, int]:
+    """The version of each stored memory of ``user_id`` in ``tenant_id``, by agent name (None:
+    the unnamed agents' memory).
+
+    Raises:
+        InvalidScopeError: a name is malformed.
+        StorageError: the database failed.
+    """
+    scope = Scope.of(user_id=user_id, tenant_id=tenant_id)
+    statement = sa.select(memory_scopes.c.agent_name, memory_scopes.c.version).where(
+        memory_scopes.c.tenant_id == scope.tenant_id, memory_scopes.c.user_id == scope.user_id
+    )
+    with database_errors(engine, f"read the memories of {scope}"), engine.connect() as conn:
+        return {agent or None: version for agent, version in conn.execute(statement)}
 
 
 def forget_user(engine: Engine, user_id: str, *, tenant_id: str = "default") -> dict[str, int]:

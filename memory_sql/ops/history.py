@@ -1,19 +1,20 @@
 """What happened to a memory's facts, from ``memory_fact_events`` (one row per fact a save
-added, updated or removed): a fact's history and a memory's change log, newest first, paged by
-a cursor.
+added, updated or removed): a fact's history and a memory's change log, oldest first, paged
+forward by a cursor.
 
 Events keep a fact's category and confidence at each change and, since revision 0012, its
 text before and after (``content_before``: updated and removed; ``content_after``: added and
 updated) and, for a removed fact, the fact that took its place (``superseded_by``); events
 written before that revision have no text (``None``). An update that kept the text stores
-it once; it is read back as both. Forgetting a memory deletes its events
-with it. Events are ordered by version
-(newest first), then fact id; a page ends with the cursor of its last event
-(``"<version>:<fact id>"``), which the next page starts after.
+it once; it is read back as both. Forgetting a memory deletes its events with it. Events are
+ordered by version (oldest first), then fact id, the order they happened in; a page gives the
+cursor of its last event, an opaque string the next page starts after. New events come after
+it, so a reader that keeps the cursor of its last page reads, later, only what happened since.
 """
 
 from __future__ import annotations
 
+import base64
 import re
 from typing import Any
 
@@ -46,11 +47,11 @@ def change_log(
     after: str | None = None,
     limit: int = 100,
 ) -> tuple[list[dict[str, Any]], str | None]:
-    """The events of ``scope``'s memory (only of ``fact_id`` if given), newest first: each
+    """The events of ``scope``'s memory (only of ``fact_id`` if given), oldest first: each
     ``version``, ``fact_id``, ``event`` (added, updated, removed), ``category``,
     ``confidence``, ``occurred_at``, ``content_before``, ``content_after`` and
     ``superseded_by``; at most ``limit``, those after the cursor ``after``.
-    Returns them and the cursor of the next page (None: this was the last).
+    Returns them and the cursor of the next page (None: this was the last, for now).
 
     Raises:
         ValueError: ``limit`` below 1, or a malformed cursor.
@@ -67,7 +68,7 @@ def change_log(
             events.c.user_id == scope.user_id,
             events.c.agent_name == scope.agent_key,
         )
-        .order_by(events.c.version.desc(), events.c.fact_id)
+        .order_by(events.c.version, events.c.fact_id)
         .limit(limit + 1)
     )
     if fact_id is not None:
@@ -76,7 +77,7 @@ def change_log(
         version, last_fact = _cursor(after)
         statement = statement.where(
             sa.or_(
-                events.c.version < version,
+                events.c.version > version,
                 sa.and_(events.c.version == version, events.c.fact_id > last_fact),
             )
         )
@@ -99,17 +100,26 @@ def change_log(
         for row in rows[:limit]
     ]
     more = len(rows) > limit
-    return page, f"{page[-1]['version']}:{page[-1]['fact_id']}" if more else None
+    return page, cursor_of(page[-1]["version"], page[-1]["fact_id"]) if more else None
 
 
 _CURSOR = re.compile(r"([0-9]{1,10}):([^\x00]{1,64})")
 _MAX_VERSION = 2**31 - 1  # the version column is a 32-bit integer
 
 
+def cursor_of(version: int, fact_id: str) -> str:
+    """The opaque cursor of the event (``version``, ``fact_id``): a page starts after it."""
+    return base64.urlsafe_b64encode(f"{version}:{fact_id}".encode()).decode().rstrip("=")
+
+
 def _cursor(text: str) -> tuple[int, str]:
-    match = _CURSOR.fullmatch(text)
+    try:
+        decoded = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
+    except (ValueError, UnicodeDecodeError):
+        decoded = ""
+    match = _CURSOR.fullmatch(decoded)
     if match is None or int(match.group(1)) > _MAX_VERSION:
-        raise ValueError(f"cursor must be <version>:<fact id> as a page gave it, not {text!r}")
+        raise ValueError(f"cursor must be one a page of this change log gave, not {text!r}")
     return int(match.group(1)), match.group(2)
 
 

@@ -19,6 +19,9 @@ The views are plain SQL over the tables and can be queried directly (see the REA
   hold and re-check; shown on each of the day's model rows); since revision 0012 also
   stale_offered, stale_removed, stale_extended (the staleness review's counts) and
   facts_merged (facts consolidated into others);
+- ``memory_report_llm_rejections`` (revision 0013): tenant_id, day (UTC), model, reason,
+  calls (calls whose reply had parts refused for that reason), items (parts refused): what the
+  memory LLM answered that was not stored, and why (:mod:`memory_sql.update.rejections`).
 - ``memory_report_superseded`` (revision 0012): tenant_id, day (UTC), closed (facts closed
   that day and still kept: superseded, removed, evicted), superseded (of those, replaced by
   another fact). The fact views above count live facts only.
@@ -115,6 +118,17 @@ superseded_view = sa.Table(
 )
 _REVIEW_COUNTS = ("stale_offered", "stale_removed", "stale_extended", "facts_merged")
 
+llm_rejections_view = sa.Table(
+    "memory_report_llm_rejections",
+    _views,
+    sa.Column("tenant_id", sa.String),
+    sa.Column("day", sa.Date),
+    sa.Column("model", sa.String),
+    sa.Column("reason", sa.String),
+    sa.Column("calls", sa.Integer),
+    sa.Column("items", sa.Integer),
+)
+
 BUCKETS = tuple(f"0.{i}-0.{i + 1}" for i in range(9)) + ("0.9-1.0",)
 
 
@@ -143,10 +157,12 @@ def build_report(
       LLM's calls, prompt and completion tokens, failures and median latency (ms); only days
       with calls. Across tenants (no ``tenant_id``) the median is the one of the tenant with
       the most calls that day, as medians do not add up;
+    - ``llm_rejections``: per reason over the last ``days``, most parts first, the calls whose
+      reply had parts refused for it and the parts refused;
     - ``superseded``: the last ``days`` UTC days, oldest first, each with the facts closed
       that day (still kept) and how many of them another fact superseded;
-    - ``totals``: facts, memories, pending and failed updates, LLM calls and tokens (over
-      ``days``).
+    - ``totals``: facts, memories, pending and failed updates, LLM calls and tokens, reply
+      parts refused (over ``days``).
 
     Raises:
         InvalidScopeError: ``tenant_id`` is malformed.
@@ -216,6 +232,13 @@ def build_report(
         .where(where(u), u.c.day >= start, u.c.day <= today)
         .order_by(u.c.day.desc(), u.c.model, u.c.calls.desc(), u.c.tenant_id)
     )
+    r = llm_rejections_view
+    refused = (
+        sa.select(r.c.reason, _int(r.c.calls).label("calls"), _int(r.c["items"]).label("items"))
+        .where(where(r), r.c.day >= start, r.c.day <= today)
+        .group_by(r.c.reason)
+        .order_by(sa.func.sum(r.c["items"]).desc(), r.c.reason)
+    )
 
     x = superseded_view
     superseded = (
@@ -233,6 +256,7 @@ def build_report(
         queue_rows = conn.execute(queue).all()
         usage_rows = conn.execute(usage).all()
         superseded_rows = {_day(row.day): row for row in conn.execute(superseded)}
+        refused_rows = conn.execute(refused).all()
 
     report_categories = [
         {
@@ -287,6 +311,7 @@ def build_report(
             "llm_calls": sum(row["calls"] for row in report_usage),
             "prompt_tokens": sum(row["prompt_tokens"] for row in report_usage),
             "completion_tokens": sum(row["completion_tokens"] for row in report_usage),
+            "rejected_items": sum(row.items for row in refused_rows),
             "held_over_budget": _held(usage_rows),
         },
         "categories": report_categories,
@@ -306,6 +331,9 @@ def build_report(
         ],
         "queue": report_queue,
         "llm_usage": report_usage,
+        "llm_rejections": [
+            {"reason": row.reason, "calls": row.calls, "items": row.items} for row in refused_rows
+        ],
         "superseded": report_superseded,
     }
 

@@ -57,6 +57,7 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
         409: "A duplicate fact, or a concurrent change that kept winning",
         412: "If-Match names a version the memory is no longer at",
         413: "Over a configured limit, named in the message",
+        415: "A body that is not sent as JSON (Content-Type: application/json)",
         422: "A memory file (memory.json, JSON Lines) that is JSON but not a valid memory",
         500: "An internal error; the message gives the request id",
         503: "The database cannot be reached, or is not at the schema head; or a "
@@ -124,8 +125,22 @@ def install(app: FastAPI) -> None:
         return error_response(exc.status, exc.code, exc.message, exc.headers)
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        return error_response(400, "invalid_request", describe(exc.errors()))
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = list(exc.errors())
+        given = request.headers.get("content-type")
+        # FastAPI reads a body as JSON when it is sent as JSON or with no Content-Type at all
+        # (else it hands the bytes to the model, which then "should be a valid dictionary").
+        if given and not _is_json(given) and any(_in_body(error) for error in errors):
+            return error_response(
+                415,
+                "unsupported_media_type",
+                f"the request body must be JSON, sent with Content-Type: application/json "
+                f"(not {given})",
+            )
+        for error in errors:
+            if error.get("type") == "json_invalid":
+                return error_response(400, "invalid_request", json_error(error, exc.body))
+        return error_response(400, "invalid_request", describe(errors))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -188,6 +203,38 @@ async def _spool_full(_request: Request, exc: Exception) -> JSONResponse:
 def internal_error(request_id: str) -> JSONResponse:
     """500, naming only the request id (the log has the rest)."""
     return error_response(500, "internal", f"internal error (request id {request_id})")
+
+
+def _in_body(error: Any) -> bool:
+    location = error.get("loc", ())
+    return bool(location) and location[0] == "body"
+
+
+def _is_json(content_type: str | None) -> bool:
+    """Whether ``content_type`` is JSON's (``application/json``, ``application/x+json``)."""
+    if not content_type:
+        return False
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
+
+
+def json_error(error: Any, body: Any) -> str:
+    """A JSON decode error in plain words: what the parser expected, and where (line and
+    column of the body, counted from 1)."""
+    location = error.get("loc", ())
+    position = location[1] if len(location) > 1 and isinstance(location[1], int) else None
+    reason = (error.get("ctx") or {}).get("error") or "not valid JSON"
+    if position is None:
+        return f"the request body is not valid JSON: {reason}"
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body or "")
+    line = text.count("\n", 0, position) + 1
+    column = position - (text.rfind("\n", 0, position) + 1) + 1
+    return (
+        f"the request body is not valid JSON: {reason} at line {line}, column {column} "
+        f"(character {position + 1})"
+    )
 
 
 def describe(errors: Any) -> str:

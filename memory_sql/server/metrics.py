@@ -2,7 +2,9 @@
 
 Counted as they happen: requests by method, route template and status, with a latency
 histogram; updates by outcome; memory-LLM calls, their prompt and completion tokens and a
-latency histogram; version conflicts (of API writes, and of updates whose saves lost a race).
+latency histogram; the parts of its replies refused, by reason (a closed set,
+:data:`memory_sql.update.rejections.REASONS`, each shown from 0); version conflicts (of API
+writes, and of updates whose saves lost a race).
 Read when scraped: the conversations spooled in this process while the database is down; and
 the queue's rows by status and the age of its oldest pending row (every tenant's), read from
 the database at most every :data:`QUEUE_SAMPLE_SECONDS` however often it is scraped. Labels
@@ -20,6 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from ..update.rejections import REASONS
 from ..update.updater import UpdateResult
 
 logger = logging.getLogger("memory_sql.server")
@@ -78,6 +81,14 @@ class Metrics:
             buckets=_LLM_BUCKETS,
             registry=r,
         )
+        self.rejected = Counter(
+            "memory_sql_reply_items_rejected",
+            "Parts of memory-LLM replies refused (not stored), by reason",
+            ["reason"],
+            registry=r,
+        )
+        for reason in REASONS:
+            self.rejected.labels(reason)
         self.version_conflicts = Counter(
             "memory_sql_version_conflicts",
             "Saves refused because another writer saved first",
@@ -98,8 +109,10 @@ class Metrics:
     def observe_update(self, result: UpdateResult) -> None:
         """The service's ``on_result``: one update's figures."""
         self.updates.labels("ok" if result.ok else "failed").inc()
+        for reason, items in result.rejected.items():
+            self.rejected.labels(reason if reason in REASONS else "malformed").inc(items)
         if result.llm_called:
-            self.llm_calls.inc()
+            self.llm_calls.inc(result.llm_calls or 1)
             self.prompt_tokens.inc(result.prompt_tokens)
             self.completion_tokens.inc(result.completion_tokens)
             self.llm_seconds.observe(result.llm_seconds)

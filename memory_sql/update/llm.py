@@ -10,6 +10,11 @@ Calls are synchronous on purpose: the updater runs them on worker threads, where
 no event loop (nor a loop-bound connection pool) with the agent (DeerFlow issue #2615). The
 ``openai`` client is built at the first call and reused; it is safe to share between threads.
 
+Every call sends ``max_tokens`` (``llm_max_tokens``; by default derived from the memory's
+budgets, :meth:`~memory_sql.MemoryConfig.reply_token_limit`), so a runaway reply stops there
+instead of running until the server's context is full; a reply cut there comes back with
+``finish_reason == "length"`` and its real token counts.
+
 Retries and timeouts are the ``openai`` client's own: ``llm_max_retries`` more tries after a
 timeout, a refused connection, HTTP 408/409/429 or 5xx (with its back-off, or the server's
 ``retry-after``), each try limited to ``llm_timeout_seconds``. A call can therefore take up to
@@ -21,7 +26,11 @@ OpenAI, vLLM and Ollama use to constrain decoding. An endpoint that rejects it (
 or a 500 whose message names ``response_format``, as llama.cpp's server answers) is asked again
 one step down the ladder: ``{"type": "json_object", "schema": …}`` (llama.cpp's form), then
 ``{"type": "json_object"}``, then no ``response_format``. The first step that is accepted is
-remembered for the (endpoint, model) for the rest of the process and logged once. ``json_schema``
+remembered for the (endpoint, model) for the rest of the process and logged once. Until then
+each request is a probe, sent without the client's retries: a refusal goes down the ladder at
+once (llama.cpp answers it with a 500, which the client would otherwise retry); any other error
+on a probe is sent again with the retries. :meth:`LLMClient.probe_structured_output` walks the
+ladder with a tiny request, for a check of an endpoint. ``json_schema``
 sends only the schema (no ladder), ``json_object`` starts at plain JSON mode, ``off`` sends no
 ``response_format``; ``llm_json_mode: false`` means ``off``. A call without a schema starts at
 JSON mode. The prompt asks for JSON either way.
@@ -63,6 +72,13 @@ class Completion:
     prompt_tokens: int
     completion_tokens: int
     model: str
+    finish_reason: str | None = None
+    """``stop``, or ``length`` when the reply hit ``max_tokens`` (and is probably cut)."""
+
+    @property
+    def cut(self) -> bool:
+        """Whether the reply stopped at its token limit."""
+        return self.finish_reason == "length"
 
 
 class LLMClient:
@@ -84,8 +100,10 @@ class LLMClient:
         temperature: float = 0.0,
         json_mode: bool = True,
         structured_output: str = "auto",
+        max_tokens: int | None = None,
     ) -> None:
         self.model = model
+        self.max_tokens = max_tokens
         self.base_url = (base_url or OPENAI_API_URL).rstrip("/")
         self.timeout_seconds = timeout_seconds
         self.max_retries = max_retries
@@ -117,6 +135,7 @@ class LLMClient:
             temperature=config.llm_temperature,
             json_mode=config.llm_json_mode,
             structured_output=config.llm_structured_output,
+            max_tokens=config.reply_token_limit(),
         )
 
     def __repr__(self) -> str:
@@ -128,11 +147,17 @@ class LLMClient:
         return self._ladder(None)[0] != _NO_FORMAT
 
     def complete(
-        self, messages: list[dict[str, str]], *, schema: Mapping[str, Any] | None = None
+        self,
+        messages: list[dict[str, str]],
+        *,
+        schema: Mapping[str, Any] | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
     ) -> Completion:
         """The model's answer to ``messages`` (``{"role": …, "content": …}`` dicts), its
         decoding constrained to the JSON Schema ``schema`` when the endpoint allows (see the
-        module docstring).
+        module docstring). ``temperature`` and ``max_tokens`` replace the client's own for
+        this call.
 
         Raises:
             LLMError: no model or key is configured, the call timed out or could not connect,
@@ -143,15 +168,27 @@ class LLMClient:
         options: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
-            "temperature": self.temperature,
+            "temperature": self.temperature if temperature is None else temperature,
         }
+        limit = self.max_tokens if max_tokens is None else max_tokens
+        if limit:
+            options["max_tokens"] = limit
         ladder = self._ladder(schema)
         for position, step in enumerate(ladder):
             request = dict(options)
             if step != _NO_FORMAT:
                 request["response_format"] = _response_format(step, schema)
+            probing = len(ladder) > 1 and not self._settled(schema is not None, step)
             try:
-                completion = self._create(client, request)
+                if probing:
+                    try:
+                        completion = self._create(client.with_options(max_retries=0), request)
+                    except LLMError as exc:
+                        if _rejects_format(exc) or not exc.transient or not self.max_retries:
+                            raise
+                        completion = self._create(client, request)  # with the retries
+                else:
+                    completion = self._create(client, request)
             except LLMError as exc:
                 if position + 1 == len(ladder) or not _rejects_format(exc):
                     raise
@@ -167,6 +204,38 @@ class LLMClient:
             self._settle(schema is not None, step, rejected=ladder[:position])
             return completion
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def probe_structured_output(self, schema: Mapping[str, Any] | None = None) -> str:
+        """The ``response_format`` step this endpoint and model accept for a call with (or
+        without) a JSON Schema: ``json_schema``, ``json_object+schema``, ``json_object`` or
+        ``none``, found with one tiny request per step tried (no client retries), and
+        remembered as :meth:`complete` would. ``schema`` defaults to the memory update's.
+
+        Raises:
+            LLMError: the endpoint fails for a reason other than the format.
+        """
+        if schema is None:
+            from .parser import update_json_schema
+
+            schema = update_json_schema()
+        self._forget(schema is not None)
+        probe = [{"role": "user", "content": 'Answer with the JSON object {"ok": true}.'}]
+        self.complete(probe, schema=schema, max_tokens=16)
+        return self._ladder(schema)[0]
+
+    def response_format_in_use(self, *, with_schema: bool = True) -> str:
+        """The ``response_format`` step a call with (or without) a schema starts at now: the
+        one settled for this endpoint and model, else the first to try (see
+        :meth:`probe_structured_output`)."""
+        return self._ladder({} if with_schema else None)[0]
+
+    def _settled(self, with_schema: bool, step: str) -> bool:
+        with _SETTLED_LOCK:
+            return _SETTLED.get((self.base_url, self.model, with_schema)) == step
+
+    def _forget(self, with_schema: bool) -> None:
+        with _SETTLED_LOCK:
+            _SETTLED.pop((self.base_url, self.model, with_schema), None)
 
     def _ladder(self, schema: Mapping[str, Any] | None) -> tuple[str, ...]:
         """The response formats to try, best first, for a call with or without ``schema``."""
@@ -265,14 +334,19 @@ class LLMClient:
         try:
             response = client.chat.completions.create(messages=[], **options, extra_body=extra)
         except openai.APITimeoutError:
-            raise self._error(f"timed out after {self.timeout_seconds:g} s") from None
+            raise self._error(
+                f"timed out after {self.timeout_seconds:g} s", transient=True
+            ) from None
         except openai.APIConnectionError as exc:
-            raise self._error(f"connection failed ({_root_cause(exc)})") from None
+            raise self._error(f"connection failed ({_root_cause(exc)})", transient=True) from None
         except openai.APIStatusError as exc:
             detail = _error_detail(exc.body) or exc.response.reason_phrase or ""
             hint = " (check llm_api_key)" if exc.status_code in (401, 403) else ""
+            transient = exc.status_code in (408, 409, 429) or exc.status_code >= 500
             raise self._error(
-                f"HTTP {exc.status_code}{hint}: {detail}", status=exc.status_code
+                f"HTTP {exc.status_code}{hint}: {detail}",
+                status=exc.status_code,
+                transient=transient,
             ) from None
         except openai.OpenAIError as exc:
             raise self._error(f"{type(exc).__name__}: {exc}") from None
@@ -282,26 +356,34 @@ class LLMClient:
         choice = choices[0]
         text = choice.message.content if choice.message is not None else None
         if not isinstance(text, str) or not text:
-            raise self._error(f"the reply has no text (finish_reason {choice.finish_reason!r})")
-        if choice.finish_reason == "length":
-            logger.warning(
-                "%s (model %s) stopped at its token limit; the reply is probably cut short",
-                self.base_url,
-                self.model,
-            )
+            if choice.finish_reason == "length":  # all of it went to reasoning: a cut reply
+                text = ""
+            else:
+                raise self._error(f"the reply has no text (finish_reason {choice.finish_reason!r})")
         usage = response.usage
-        return Completion(
+        completion = Completion(
             text=text,
             prompt_tokens=_count(getattr(usage, "prompt_tokens", None)),
             completion_tokens=_count(getattr(usage, "completion_tokens", None)),
             model=response.model or self.model or "",
+            finish_reason=choice.finish_reason,
         )
+        if completion.cut:
+            logger.warning(
+                "%s (model %s) stopped at its token limit (max_tokens %s, %d tokens); the reply "
+                "is probably cut short",
+                self.base_url,
+                self.model,
+                options.get("max_tokens", "not set"),
+                completion.completion_tokens,
+            )
+        return completion
 
-    def _error(self, cause: str, *, status: int | None = None) -> LLMError:
+    def _error(self, cause: str, *, status: int | None = None, transient: bool = False) -> LLMError:
         message = f"LLM call to {self.base_url} (model {self.model}) failed: {cause}"
         if self._api_key:
             message = message.replace(self._api_key, "***")
-        return LLMError(message, endpoint=self.base_url, status=status)
+        return LLMError(message, endpoint=self.base_url, status=status, transient=transient)
 
 
 STRUCTURED_OUTPUT_MODES = ("auto", "json_schema", "json_object", "off")

@@ -37,12 +37,27 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StrictStr, field_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictStr,
+    WithJsonSchema,
+    field_validator,
+)
 
 from ..config import MemoryConfig
-from ..models import MAX_VALID_DAYS, Fact, MemoryDocument, clean_category, clean_content, fact_key
+from ..models import (
+    MAX_VALID_DAYS,
+    Fact,
+    MemoryDocument,
+    check_text,
+    clean_category,
+    fact_key,
+)
 from ..tokens import TokenCounter
 
 MAX_EXTENSION_DAYS = MAX_VALID_DAYS
@@ -51,37 +66,83 @@ MAX_EXTENSION_DAYS = MAX_VALID_DAYS
 # The reply's fields -----------------------------------------------------------------------
 
 
+FACT_CATEGORIES = ("preference", "knowledge", "context", "behavior", "goal", "correction")
+"""The categories the prompt names (the JSON Schema's enum); the parser takes any short label."""
+MAX_FACT_CHARS = 400
+"""The longest fact text a reply may propose (the JSON Schema's ``maxLength``)."""
+MAX_REASON_CHARS = 300
+"""A reason's text kept for the log (longer ones are cut, not refused)."""
+MAX_SOURCES = 20
+"""Facts one consolidation group may name in the reply (``consolidation_max_sources`` bounds
+what is applied)."""
+
+_Id = Annotated[StrictStr, Field(min_length=1, max_length=64)]
+_Reason = Annotated[StrictStr | None, Field(max_length=MAX_REASON_CHARS)]
+
+
 class _Item(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+    @field_validator("reason", mode="before", check_fields=False)
+    @classmethod
+    def _short_reason(cls, value: Any) -> Any:
+        return value[:MAX_REASON_CHARS] if isinstance(value, str) else value
 
 
 class StaleRemoval(_Item):
     """A stale fact the LLM would remove."""
 
-    id: StrictStr
-    reason: StrictStr | None = None
+    id: _Id
+    reason: _Reason = None
 
 
 class StaleExtension(_Item):
     """A stale fact the LLM says still holds, for ``extend_by_days`` more days."""
 
-    id: StrictStr
+    id: _Id
     extend_by_days: int = Field(
         ge=1,
         le=MAX_EXTENSION_DAYS,
         validation_alias=AliasChoices("extend_by_days", "extendByDays"),
     )
-    reason: StrictStr | None = None
+    reason: _Reason = None
+
+    @field_validator("extend_by_days", mode="before")
+    @classmethod
+    def _days(cls, value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            return value  # refused: not a number
+        if isinstance(value, str):
+            try:
+                value = float(value.strip())
+            except ValueError:
+                return value
+        if not math.isfinite(value):
+            return value
+        return min(max(int(value), 1), MAX_EXTENSION_DAYS)
 
 
 class ConsolidatedFact(_Item):
     """The fact that replaces a group of near-duplicates."""
 
-    content: StrictStr
-    category: StrictStr | None = None
-    confidence: float | None = None
+    content: StrictStr = Field(min_length=1, max_length=MAX_FACT_CHARS)
+    category: Annotated[
+        StrictStr | None,
+        WithJsonSchema(
+            {
+                "anyOf": [
+                    {"type": "string", "enum": list(FACT_CATEGORIES)},
+                    {"type": "null"},
+                ]
+            }
+        ),
+    ] = None
+    confidence: float | None = Field(default=None, ge=0.0, le=1.0)
 
-    _content = field_validator("content")(clean_content)
+    @field_validator("content")
+    @classmethod
+    def _content(cls, value: str) -> str:
+        return check_text(value).strip()  # blank: refused by the parser (empty)
 
     @field_validator("category", mode="before")
     @classmethod
@@ -92,8 +153,8 @@ class ConsolidatedFact(_Item):
 class Consolidation(_Item):
     """Facts of one memory to merge, and what they become."""
 
-    source_ids: list[StrictStr] = Field(
-        validation_alias=AliasChoices("sourceIds", "source_ids"), max_length=100
+    source_ids: list[_Id] = Field(
+        validation_alias=AliasChoices("sourceIds", "source_ids"), max_length=MAX_SOURCES
     )
     consolidated: ConsolidatedFact
 

@@ -34,16 +34,30 @@ Before all of this, the scope gate (:func:`gate_reason`) keeps out every propose
 section rewrite the LLM did not label ``scope: user``, ``durability: durable`` and ``authority:
 descriptive``: a rule for one task ("for this report use British spelling") is thread-scoped,
 not a fact about the user. A correction fact needs only ``scope: user``, however it is phrased.
-Items without labels are kept out too (reason ``unlabeled``) unless
-``scope_gate_allow_unlabeled`` is set, which stores them as before the gate. What the gate
-keeps out is counted by reason (:attr:`UpdateResult.rejected`) and logged at DEBUG with its
-text.
+Items without labels are kept out too (reason ``label_missing``) unless
+``scope_gate_allow_unlabeled`` is set, which stores them as before the gate; an item labelled
+durable but written as a rule for the task at hand ("for this report …", "today …") is kept out
+as ``one_off``.
+
+What the parser dropped (:mod:`memory_sql.update.parser`), what the gate kept out, and removals
+of ids the memory does not hold are counted by reason (:attr:`UpdateResult.rejected`, reasons
+in :mod:`memory_sql.update.rejections`), logged at INFO with the counts (DEBUG with each text),
+and written with the call's usage row (``memory_llm_rejections``).
+
+Asking again: a reply that cannot be used at all (no JSON object, no part that holds, or cut at
+``max_tokens``) is recorded as its own call (outcome ``invalid_reply`` or ``length``, with its
+real token counts), then asked for again, up to ``llm_repair_attempts`` times in the run, with
+a short message naming the problem (:func:`~memory_sql.update.prompt.repair_prompt`) and the
+temperature raised by :data:`REPAIR_TEMPERATURE_STEP` each time (at most
+:data:`MAX_REPAIR_TEMPERATURE`). A queue retry of a failed update (its ``attempt`` 2 or more)
+starts that much warmer too, so no retry sends the request that already failed.
 """
 
 from __future__ import annotations
 
 import logging
 import random
+import re
 import threading
 import time
 import uuid
@@ -70,7 +84,7 @@ from ..intake.messages import Message
 from ..intake.uploads import mentions_upload, strip_upload_mentions
 from ..models import Fact, MemoryDocument, Section, fact_key, utcnow
 from ..pattern_files import load_patterns
-from ..schema import memory_llm_calls
+from ..schema import memory_llm_calls, memory_llm_rejections
 from ..scope import Scope, check_thread_id
 from ..storage.base import MemoryStorage
 from ..tokens import make_token_counter
@@ -87,7 +101,8 @@ from .parser import (
     parse_update,
     update_json_schema,
 )
-from .prompt import build_update_prompt
+from .prompt import build_update_prompt, repair_prompt
+from .rejections import Rejection, count, describe
 
 logger = logging.getLogger(__name__)
 _INSERT_CALL = memory_llm_calls.insert()
@@ -98,6 +113,9 @@ CONFLICT_BACKOFF_SECONDS = 0.05
 """The first back-off after a version conflict; each next one doubles, each a random part of
 it (full jitter), so writers that collided do not collide again in step."""
 MAX_CONFLICT_BACKOFF_SECONDS = 2.0
+REPAIR_TEMPERATURE_STEP = 0.3
+"""How much warmer each new try after an unusable reply is."""
+MAX_REPAIR_TEMPERATURE = 1.0
 
 
 @dataclass(frozen=True)
@@ -112,7 +130,9 @@ class UpdateResult:
     not known), ``attempts`` the number of saves tried, ``llm_called`` whether the LLM was asked.
     ``conflicted`` marks a run that failed because every save lost to another writer; its
     ``reply`` is the parsed LLM reply, to apply again later without asking the LLM.
-    ``rejected`` counts, by reason, the facts and sections the scope gate kept out.
+    ``rejected`` counts, by reason, the parts of the reply refused: dropped by the parser,
+    kept out by the scope gate, or removals of unknown ids (:mod:`~memory_sql.update.rejections`);
+    on a failed update too. ``llm_calls`` is how many calls the run made (a repair adds one).
     ``llm_seconds`` is how long the LLM call took (0 when it was not called).
 
     Aging (:mod:`memory_sql.update.review`): ``facts_confirmed`` (confirmed again),
@@ -144,6 +164,7 @@ class UpdateResult:
     stale_refused: tuple[str, ...] = ()
     facts_merged: tuple[str, ...] = ()
     facts_consolidated: tuple[str, ...] = ()
+    llm_calls: int = 0
 
     @property
     def changed(self) -> bool:
@@ -216,7 +237,7 @@ def apply_update(
     gated: list[tuple[str, str, str]] = []
     sections: dict[str, str] = {}
     for name, section in update.proposed_sections().items():
-        reason = gate_reason(section, correction=False, allow_unlabeled=allow)
+        reason = gate_reason(section, correction=False, allow_unlabeled=allow, text=section.summary)
         if reason is None:
             sections[name] = section.summary
         else:
@@ -251,7 +272,10 @@ def apply_update(
     replaced: dict[str, str] = {}
     for proposed in update.new_facts:
         reason = gate_reason(
-            proposed, correction=proposed.category == "correction", allow_unlabeled=allow
+            proposed,
+            correction=proposed.category == "correction",
+            allow_unlabeled=allow,
+            text=proposed.content,
         )
         if reason is not None:
             gated.append(("fact", proposed.content, reason))
@@ -323,25 +347,47 @@ _KNOWN_LABELS = {"scope": SCOPES, "durability": DURABILITIES, "authority": AUTHO
 
 
 def gate_reason(
-    item: NewFact | SectionUpdate, *, correction: bool, allow_unlabeled: bool
+    item: NewFact | SectionUpdate,
+    *,
+    correction: bool,
+    allow_unlabeled: bool,
+    text: str | None = None,
 ) -> str | None:
-    """Why the scope gate keeps a proposed fact or section rewrite out of memory (``"thread
-    scope"``, ``"project scope"``, ``"temporary"``, ``"transactional"``, ``"unlabeled"``,
-    ``"unknown scope"`` …), or ``None`` to let it through. The labels must say user-scoped,
-    durable and descriptive; a ``correction`` needs only the user scope. A missing label is
-    ``"unlabeled"`` unless ``allow_unlabeled``, when it passes."""
+    """Why the scope gate keeps a proposed fact or section rewrite out of memory
+    (``thread_scope``, ``project_scope``, ``temporary``, ``transactional``, ``label_missing``,
+    ``label_unknown``, ``one_off``), or ``None`` to let it through. The labels must say
+    user-scoped, durable and descriptive; a ``correction`` needs only the user scope. A missing
+    label is ``label_missing`` unless ``allow_unlabeled``, when it passes. ``text`` (the
+    item's), when it reads as a rule for the task at hand, is ``one_off`` whatever the labels."""
     for label, wanted in _WANTED[:1] if correction else _WANTED:
         value = getattr(item, label)
         if value is None:
             if allow_unlabeled:
                 continue
-            return "unlabeled"
+            return "label_missing"
         if value == wanted:
             continue
         if value not in _KNOWN_LABELS[label]:
-            return f"unknown {label}"
-        return f"{value} scope" if label == "scope" else value
+            return "label_unknown"
+        return f"{value}_scope" if label == "scope" else value
+    if text is not None and one_off(text):
+        return "one_off"
     return None
+
+
+_ONE_OFF = re.compile(
+    r"\b(?:for|in|on|during) (?:this|the current|today's|the next) (?:report|task|conversation|"
+    r"chat|session|document|doc|email|message|request|reply|answer|draft|ticket|thread|run|"
+    r"question|translation|summary|script|file|query|call)\b|\b(?:today|tonight|right now|"
+    r"for now|this time|just this once)\b|这次|本次|今天|这份|这一次|此次",
+    re.IGNORECASE,
+)
+
+
+def one_off(text: str) -> bool:
+    """Whether ``text`` reads as a rule for the task at hand rather than a lasting fact: it
+    names this report, task, conversation … or today (English and Chinese)."""
+    return _ONE_OFF.search(text) is not None
 
 
 # The casefold keys of a memory's facts are needed at every update: keep the recent ones.
@@ -443,6 +489,7 @@ class MemoryUpdater:
         reply: MemoryUpdate | None = None,
         in_transaction: Callable[[Any], object] | None = None,
         context: Sequence[Message] = (),
+        attempt: int = 1,
     ) -> UpdateResult:
         """:meth:`update_memory` of a conversation already filtered (as the queue holds it),
         for a checked ``scope`` and ``thread_id``.
@@ -454,7 +501,8 @@ class MemoryUpdater:
         (:meth:`SQLStorage.save <memory_sql.storage.SQLStorage.save>`), to commit other
         writes with it; it is not called when the update changes nothing. ``context`` is the
         already-learned exchange before ``conversation`` (the watermark's), shown to the LLM
-        marked as such, never learned from.
+        marked as such, never learned from. ``attempt`` is the queue's run of this update (2
+        or more: a retry, asked at a higher temperature; see the module docstring).
         """
         review_only = False
         if not any(message.role == "user" for message in conversation):
@@ -463,7 +511,7 @@ class MemoryUpdater:
                 return UpdateResult(ok=True)
             review_only = True  # stale facts wait, and the review interval has passed
             conversation, context = (), ()
-        run = _Run(self, scope, thread_id, in_transaction)
+        run = _Run(self, scope, thread_id, in_transaction, attempt)
         run.review_only = review_only
         return run.execute(
             conversation, correction_detected, reinforcement_detected, reply, context
@@ -516,6 +564,7 @@ class _Run:
         scope: Scope,
         thread_id: str,
         in_transaction: Callable[[Any], object] | None,
+        attempt: int = 1,
     ) -> None:
         self.config = updater.config
         self.storage = updater.storage
@@ -528,8 +577,13 @@ class _Run:
             "tenant_id": scope.tenant_id,
         }
         self.in_transaction = in_transaction
+        self.attempt = attempt
         self.tokens = (0, 0)
         self.llm_called = False
+        self.calls = 0
+        self.earlier_rejected: Counter[str] = Counter()
+        self.call_rejected: dict[str, int] = {}
+        self.dropped: tuple[Rejection, ...] = ()
         self.usage: _Usage | None = None
         self.usage_written = False
         self.usage_in_save = False
@@ -563,33 +617,87 @@ class _Run:
             context=context,
             review=self.offer.text,
         )
+        # The client's own temperature (an LLMClient's, or the one a wrapper holds).
+        base = getattr(getattr(self.llm, "inner", self.llm), "temperature", 0.0)
+        warmer = 0
+        if self.attempt > 1:  # a queue retry: not the request that already failed
+            warmer = self.attempt - 1
+        messages = prompt
+        tries = 1 + self.config.llm_repair_attempts
+        for number in range(1, tries + 1):
+            steps = warmer + number - 1
+            update, problem = self.ask(messages, _warmer(base, steps) if steps else None)
+            if update is not None:
+                return self.save(memory, update)
+            assert problem is not None
+            outcome, error, cut_at = problem
+            if number == tries or outcome == "llm_error":
+                return self.failed(error, outcome=outcome)
+            self.record(outcome, error[:2000])  # this call, before the next one
+            self.earlier_rejected.update(self.call_rejected)
+            logger.info(
+                "memory %s, thread %s: the reply was unusable (%s); asking again (%d of %d)",
+                self.scope,
+                self.thread_id,
+                error,
+                number,
+                tries - 1,
+            )
+            messages = repair_prompt(prompt, error, cut_at=cut_at)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def ask(
+        self, messages: list[dict[str, str]], temperature: float | None
+    ) -> tuple[MemoryUpdate | None, tuple[str, str, int | None] | None]:
+        """One LLM call and its parsed reply, or ``(None, (outcome, error, cut_at))`` when the
+        reply cannot be used (outcome ``llm_error`` when the call itself failed)."""
         self.llm_called = True
+        self.calls += 1
+        self.usage = None
+        self.usage_written = False
+        self.call_rejected = {}
         started = time.monotonic()
         try:
-            completion = self.llm.complete(prompt, schema=update_json_schema())
+            options: dict[str, Any] = {"schema": update_json_schema()}
+            if temperature is not None:  # else the client's own
+                options["temperature"] = temperature
+            completion = self.llm.complete(messages, **options)
         except LLMError as exc:
             self.usage = _Usage(self.llm.model or "", 0, 0, False, _ms_since(started))
-            return self.failed(str(exc), outcome="llm_error")
+            return None, ("llm_error", str(exc), None)
         counted = not completion.prompt_tokens and not completion.completion_tokens
         if counted:  # the endpoint reported no usage: count the texts
             counter = make_token_counter(
                 self.config.token_counting, self.config.tiktoken_encoding_file
             )
             tokens = (
-                sum(counter.count(message["content"]) for message in prompt),
+                sum(counter.count(message["content"]) for message in messages),
                 counter.count(completion.text),
             )
         else:
             tokens = (completion.prompt_tokens, completion.completion_tokens)
-        self.tokens = tokens
+        self.tokens = (self.tokens[0] + tokens[0], self.tokens[1] + tokens[1])
         self.usage = _Usage(
             completion.model or self.llm.model or "", *tokens, counted, _ms_since(started)
         )
         try:
             update = parse_update(completion.text)
         except InvalidUpdateError as exc:
-            return self.failed(str(exc), outcome="invalid_reply")
-        return self.save(memory, update)
+            self.call_rejected = dict(exc.rejected)
+            self.dropped = ()
+            if completion.cut:
+                return None, ("length", f"the reply was cut at max_tokens ({exc})", tokens[1])
+            return None, ("invalid_reply", str(exc), None)
+        self.call_rejected = update.rejected
+        self.dropped = update.dropped
+        if completion.cut:
+            # A cut reply that still parsed (a complete object before the cut) is used.
+            logger.info(
+                "memory %s, thread %s: the reply hit max_tokens but holds a complete update",
+                self.scope,
+                self.thread_id,
+            )
+        return update, None
 
     def save(self, memory: MemoryDocument, update: MemoryUpdate) -> UpdateResult:
         attempts = 0
@@ -607,6 +715,7 @@ class _Run:
                 offer=self.offer,
             )
             self.aging = changes.aging
+            self.note_applied(changes)
             if not changes:
                 self.log_details(changes)
                 return self.result(changes, memory.version, attempts)
@@ -678,13 +787,14 @@ class _Run:
         usage = self.usage
         assert usage is not None
         ok = outcome == "ok"
+        call_id = uuid.uuid4().hex
         connection.execute(
             _INSERT_CALL,
             {
                 "tenant_id": self.scope.tenant_id,
                 "user_id": self.scope.user_id,
                 "agent_name": self.scope.agent_name or "",  # "" for unnamed agents, as stored
-                "call_id": uuid.uuid4().hex,
+                "call_id": call_id,
                 "thread_id": self.thread_id,
                 "model": usage.model[:256],
                 "called_at": utcnow(),
@@ -700,6 +810,21 @@ class _Run:
                 "facts_merged": len(self.aging.consolidated) if ok else 0,
             },
         )
+        if self.call_rejected and _keeps_table(self.storage, memory_llm_rejections.name):
+            connection.execute(
+                memory_llm_rejections.insert(),
+                [
+                    {
+                        "tenant_id": self.scope.tenant_id,
+                        "user_id": self.scope.user_id,
+                        "agent_name": self.scope.agent_name or "",
+                        "call_id": call_id,
+                        "reason": reason,
+                        "items": items,
+                    }
+                    for reason, items in self.call_rejected.items()
+                ],
+            )
 
     def record(self, outcome: str, error: str | None = None) -> None:
         """Write the usage row of this run's LLM call on its own (no save carried it)."""
@@ -730,7 +855,7 @@ class _Run:
             version=version,
             attempts=attempts,
             llm_called=self.llm_called,
-            rejected=dict(Counter(reason for _, _, reason in changes.gated)),
+            rejected=self.rejected(),
             llm_seconds=self.llm_seconds,
             facts_confirmed=tuple(changes.aging.confirmed),
             stale_offered=len(self.offer.stale) if self.offer is not None else 0,
@@ -739,6 +864,7 @@ class _Run:
             stale_refused=tuple(changes.aging.stale_refused),
             facts_merged=tuple(changes.aging.merged),
             facts_consolidated=tuple(changes.aging.consolidated),
+            llm_calls=self.calls,
         )
 
     def failed(
@@ -751,9 +877,11 @@ class _Run:
     ) -> UpdateResult:
         error = " ".join(error.split())
         self.record(outcome, error[:2000])
+        rejected = self.rejected()
         logger.warning(
             "memory update of %s from thread %s failed: %s", self.scope, self.thread_id, error
         )
+        self.log_rejections(rejected)
         return UpdateResult(
             ok=False,
             error=error,
@@ -763,14 +891,49 @@ class _Run:
             llm_called=self.llm_called,
             conflicted=conflicted is not None,
             reply=conflicted,
+            rejected=rejected,
             llm_seconds=self.llm_seconds,
+            llm_calls=self.calls,
         )
 
     @property
     def llm_seconds(self) -> float:
         return self.usage.latency_ms / 1000 if self.usage is not None else 0.0
 
+    def note_applied(self, changes: AppliedChanges) -> None:
+        """The current call's rejections: the parser's and those of this application."""
+        applied = [Rejection(kind, reason, text) for kind, text, reason in changes.gated]
+        applied += [Rejection("removal", "unknown_id", i) for i in changes.ignored_removals]
+        self.call_rejected = count((*self.dropped, *applied))
+
+    def rejected(self) -> dict[str, int]:
+        """Every rejection of the run, by reason, most frequent first."""
+        total = Counter(self.earlier_rejected)
+        total.update(self.call_rejected)
+        return dict(total.most_common())
+
+    def log_rejections(self, rejected: dict[str, int]) -> None:
+        if not rejected:
+            return
+        logger.info(
+            "memory %s, thread %s: %d parts of the LLM's reply refused: %s",
+            self.scope,
+            self.thread_id,
+            sum(rejected.values()),
+            describe(rejected),
+        )
+        for item in self.dropped:
+            logger.debug(
+                "memory %s, thread %s: dropped %s (%s): %.200r",
+                self.scope,
+                self.thread_id,
+                item.kind,
+                item.reason,
+                item.text,
+            )
+
     def log_details(self, changes: AppliedChanges) -> None:
+        self.log_rejections(self.rejected())
         for kind, text, reason in changes.gated:
             logger.debug(
                 "memory %s, thread %s: scope gate keeps out %s (%s): %.200r",
@@ -793,7 +956,7 @@ class _Run:
                 list(changes.aging.stale_refused),
             )
         if changes.ignored_removals:
-            logger.info(
+            logger.debug(
                 "memory %s, thread %s: ignoring removal of unknown fact ids %s",
                 self.scope,
                 self.thread_id,
@@ -820,32 +983,47 @@ class _Usage:
     latency_ms: int
 
 
-_USAGE_TABLES: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+_USAGE_TABLES: weakref.WeakKeyDictionary[Any, dict[str, bool]] = weakref.WeakKeyDictionary()
 _USAGE_LOCK = threading.Lock()
 
 
 def _keeps_usage(storage: MemoryStorage) -> bool:
     """Whether ``storage`` is a SQL database with the usage table (revision 0007 or later);
     checked once per engine. Without it (files, an older schema) usage is not recorded."""
+    return _keeps_table(storage, memory_llm_calls.name, "LLM usage")
+
+
+def _keeps_table(storage: MemoryStorage, table: str, what: str = "refused reply parts") -> bool:
+    """Whether ``storage`` is a SQL database with ``table``, checked once per engine; a
+    missing one is logged once, saying that ``what`` is not recorded."""
     engine = getattr(storage, "engine", None)
     if not isinstance(engine, sa.Engine):
         return False
     with _USAGE_LOCK:
-        known = _USAGE_TABLES.get(engine)
+        known = _USAGE_TABLES.get(engine, {}).get(table)
     if known is None:
         try:
-            known = sa.inspect(engine).has_table(memory_llm_calls.name)
+            known = sa.inspect(engine).has_table(table)
         except Exception:
             return False
         if not known:
             logger.warning(
                 "memory_sql: the database has no %s table (upgrade it: memory-sql db upgrade); "
-                "LLM usage is not recorded",
-                memory_llm_calls.name,
+                "%s are not recorded",
+                table,
+                what,
             )
         with _USAGE_LOCK:
-            _USAGE_TABLES[engine] = known
+            _USAGE_TABLES.setdefault(engine, {})[table] = known
     return known
+
+
+def _warmer(base: float, steps: int) -> float:
+    """``base`` raised by ``steps`` × :data:`REPAIR_TEMPERATURE_STEP`, at most
+    :data:`MAX_REPAIR_TEMPERATURE` (a base already above it is kept)."""
+    if steps <= 0:
+        return base
+    return max(base, min(base + steps * REPAIR_TEMPERATURE_STEP, MAX_REPAIR_TEMPERATURE))
 
 
 def _ms_since(started: float) -> int:

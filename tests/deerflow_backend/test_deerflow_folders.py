@@ -378,10 +378,35 @@ def test_the_option_takes_no_file_user_or_agent(tmp_path: Path, sqlite_url: str)
         assert done.exit_code == 1 and "--deerflow-dir takes users" in done.stderr
     done = invoke("--deerflow-dir", str(tmp_path / "missing"), "--url", sqlite_url)
     assert done.exit_code == 1 and "No such file or directory" in done.stderr
+
+
+def test_a_folder_holding_no_memory_is_refused_with_a_hint_and_creates_nothing(
+    tmp_path: Path,
+) -> None:
+    # The classic mistake: DeerFlow's backend/ folder instead of its state folder in it.
+    backend = tmp_path / "backend"
+    build_june(backend / ".deer-flow")
+    (backend / "pyproject.toml").write_text("[project]\n", encoding="utf-8")
+    database = tmp_path / "new.db"
+    done = invoke("--deerflow-dir", str(backend), "--url", f"sqlite:///{database}")
+    assert done.exit_code == 1, done.output
+    assert "no DeerFlow memory in this folder" in done.stderr
+    assert f"did you mean {backend / '.deer-flow'}?" in " ".join(done.stderr.split())
+    assert "imported" not in done.stdout
+    assert not database.exists()
+    # The folder above it: the hint reaches into backend/.
+    done = invoke("--deerflow-dir", str(tmp_path), "--url", f"sqlite:///{database}")
+    assert done.exit_code == 1 and "did you mean" in done.stderr
+    assert not database.exists()
+    # An empty folder with no state folder in it: where DeerFlow keeps its memory.
     empty = tmp_path / "empty"
     empty.mkdir()
-    done = invoke("--deerflow-dir", str(empty), "--url", sqlite_url)
-    assert done.exit_code == 0 and "imported 0 memories" in done.stdout
+    done = invoke("--deerflow-dir", str(empty), "--url", f"sqlite:///{database}")
+    assert done.exit_code == 1 and "backend/.deer-flow" in done.stderr
+    assert not database.exists()
+    # The right folder imports.
+    done = invoke("--deerflow-dir", str(backend / ".deer-flow"), "--url", f"sqlite:///{database}")
+    assert done.exit_code == 0 and "imported" in done.stdout
 
 
 def test_a_large_folder_imports_with_a_progress_bar(tmp_path: Path, sqlite_url: str) -> None:

@@ -186,14 +186,14 @@ def test_facts_are_written_with_versions_and_preconditions(service, make_key):
         assert [f["content"] for f in memory.json()["facts"]] == ["Uses vim"]
         history = http.get(f"/v1/users/u1/facts/{fact['id']}/history").json()
         assert [(e["version"], e["event"]) for e in history["events"]] == [
-            (4, "removed"),
-            (3, "updated"),
             (1, "added"),
+            (3, "updated"),
+            (4, "removed"),
         ]
         page = http.get("/v1/users/u1/changes", params={"limit": 2}).json()
-        assert [e["version"] for e in page["events"]] == [4, 3] and page["next"]
+        assert [e["version"] for e in page["events"]] == [1, 2] and page["next"]
         rest = http.get("/v1/users/u1/changes", params={"after": page["next"]}).json()
-        assert [e["version"] for e in rest["events"]] == [2, 1] and rest["next"] is None
+        assert [e["version"] for e in rest["events"]] == [3, 4] and rest["next"] is None
         bad_cursor = http.get("/v1/users/u1/changes", params={"after": "x"})
         assert error_of(bad_cursor)[:2] == (400, "invalid_request")
 

@@ -28,8 +28,9 @@ def test_as_of_reads_and_history_show_what_was_believed(service, make_key):
         closed = {f["content"]: f for f in every["facts"] if f["valid_to"] is not None}
         assert set(closed) == {"Drinks tea", "Lives in Lisbon"}  # removed; the text before
         assert closed["Lives in Lisbon"]["superseded_by"] == fact_id
-        past = http.get("/v1/users/u1/facts", params={"as_of": believed}).json()["facts"]
-        assert [f["content"] for f in past] == ["Lives in Lisbon"]
+        past = http.get("/v1/users/u1/facts", params={"as_of": believed})
+        assert "etag" not in past.headers  # a past read is no base for a write
+        assert [f["content"] for f in past.json()["facts"]] == ["Lives in Lisbon"]
         document = http.get("/v1/users/u1/memory", params={"as_of": believed})
         assert document.status_code == 200 and "etag" not in document.headers
         assert [f["content"] for f in document.json()["facts"]] == ["Lives in Lisbon"]
@@ -41,7 +42,7 @@ def test_as_of_reads_and_history_show_what_was_believed(service, make_key):
         assert bad.status_code in (400, 422)
 
         events = http.get(f"/v1/users/u1/facts/{fact_id}/history").json()["events"]
-        updated, added = events
+        added, updated = events  # oldest first
         assert (updated["event"], updated["content_before"], updated["content_after"]) == (
             "updated",
             "Lives in Lisbon",

@@ -31,7 +31,9 @@ def metrics_of(port: int) -> str:
 def test_a_worker_serves_the_metrics_of_its_updates(tmp_path, llm):
     url = f"sqlite:///{tmp_path / 'memory.db'}"
     migrations.upgrade(url)
-    llm.reply(json.dumps(update_reply()), prompt_tokens=120, completion_tokens=30)
+    flawed = update_reply()
+    flawed["newFacts"].append({"content": "...", "confidence": 0.9, "scope": "user"})
+    llm.reply(json.dumps(flawed), prompt_tokens=120, completion_tokens=30)
     port = free_port()
     worker = subprocess.Popen(
         [sys.executable, "-m", "memory_sql", "worker", "--url", url, "--metrics-port", str(port)],
@@ -57,6 +59,8 @@ def test_a_worker_serves_the_metrics_of_its_updates(tmp_path, llm):
         assert "memory_sql_llm_prompt_tokens_total 120.0" in text
         assert "memory_sql_llm_completion_tokens_total 30.0" in text
         assert "memory_sql_llm_call_duration_seconds_count 1.0" in text
+        assert 'memory_sql_reply_items_rejected_total{reason="placeholder"} 1.0' in text
+        assert 'memory_sql_reply_items_rejected_total{reason="one_off"} 0.0' in text
     finally:
         code, _, output = stop(worker)
     assert code == 0, output

@@ -14,7 +14,9 @@ from ..auth import Writer
 from ..errors import ApiError, error_responses
 from ..state import ServerState, State
 
-router = APIRouter(prefix="/v1", tags=["conversations"], responses=error_responses(400, 403, 413))
+router = APIRouter(
+    prefix="/v1", tags=["conversations"], responses=error_responses(400, 403, 413, 415)
+)
 
 
 class Conversation(BaseModel):

@@ -23,10 +23,15 @@ from . import AgentQuery, AsOfQuery, IfMatch, as_utc, etag, precondition
 router = APIRouter(
     prefix="/v1/users/{user_id}",
     tags=["facts"],
-    responses=error_responses(400, 403, 404, 409, 412, 413),
+    responses=error_responses(400, 403, 404, 409, 412, 413, 415),
 )
 
 MAX_PAGE = 500
+
+
+API_SOURCE = "api"
+"""The source of a fact made through the API without a ``source_thread_id`` (as DeerFlow
+names the source of a fact made by hand ``manual``)."""
 
 
 class NewFact(BaseModel):
@@ -34,8 +39,16 @@ class NewFact(BaseModel):
 
     content: str
     category: str = "context"
-    confidence: float = Field(0.9, ge=0, le=1)
-    source_thread_id: str | None = None
+    confidence: float = Field(
+        0.9,
+        ge=0,
+        le=1,
+        description="Stored as given: min_confidence filters the facts the memory LLM "
+        "proposes, not those written on purpose, and such a fact is injected like any other.",
+    )
+    source_thread_id: str | None = Field(
+        None, description=f"The thread it was learned from; left out: `{API_SOURCE}`"
+    )
 
 
 class FactPatch(BaseModel):
@@ -47,12 +60,32 @@ class FactPatch(BaseModel):
     source_error: str | None = None
 
 
-@router.get("/facts", summary="The user's facts, highest confidence first; filtered and paged")
+EVERY_AGENT = "*"
+
+ListAgentQuery = Annotated[
+    str | None,
+    Query(
+        description="The agent whose memory's facts to list; leave out for the unnamed agents' "
+        "memory, `*` for every agent's memory of the user."
+    ),
+]
+
+
+@router.get(
+    "/facts",
+    summary="The user's facts, highest confidence first; filtered and paged",
+    description="Each fact carries `version`, the version of its memory when it was read, "
+    "for the `If-Match` of a change; with one memory listed the answer's `ETag` (and "
+    "`version`) is that version too. Versions are read before the facts, so a change in "
+    "between answers 412 to a write based on them, never a lost update. With `as_of`, the "
+    "facts believed then, each with the memory's version then, and no `ETag` (a past read is "
+    "no base for a write); `include_closed` adds superseded and removed versions.",
+)
 def list_facts(
     user_id: str,
     caller: Reader,
     state: State,
-    agent_name: AgentQuery = None,
+    agent_name: ListAgentQuery = None,
     q: Annotated[str | None, Query(description="Text the fact contains (casefold)")] = None,
     category: str | None = None,
     min_confidence: Annotated[float | None, Query(ge=0, le=1)] = None,
@@ -63,27 +96,47 @@ def list_facts(
         bool, Query(description="Also closed (superseded or removed) versions")
     ] = False,
 ) -> Any:
-    scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=caller.tenant_id)
+    every_agent = agent_name == EVERY_AGENT
+    scope = Scope.of(
+        user_id=user_id, agent_name=None if every_agent else agent_name, tenant_id=caller.tenant_id
+    )
     if as_of is not None:
-        records = _facts_as_of(state, caller, scope, as_utc(as_of), q, category, min_confidence)
-    else:
-        records = _search(
-            state,
-            caller,
-            scope,
-            agent_name,
-            q,
-            category,
-            min_confidence,
-            offset + limit + 1,
-            include_closed,
+        if every_agent:
+            raise ApiError(
+                400, "invalid_request", "as_of reads one memory: name its agent_name, not *"
+            )
+        version, records = _facts_as_of(
+            state, caller, scope, as_utc(as_of), q, category, min_confidence
         )
+        versions = {scope.agent_name: version}
+    else:
+        with caller.acting():
+            versions = ops.memory_versions(state.engine, scope.user_id, tenant_id=scope.tenant_id)
+            if not (versions if every_agent else scope.agent_name in versions):
+                raise not_found(f"no memory of user {user_id!r}")
+            records = ops.search_facts(
+                state.engine,
+                q,
+                category=category,
+                min_confidence=min_confidence,
+                tenant_id=scope.tenant_id,
+                user_id=scope.user_id,
+                agent_name=None if every_agent else scope.agent_key,
+                limit=offset + limit + 1,
+                include_closed=include_closed,
+            )
     page = records[offset : offset + limit]
     more = len(records) > offset + limit
-    return {
-        "facts": [record.to_dict() for record in page],
-        "next_offset": offset + limit if more else None,
-    }
+    facts = []
+    for record in page:
+        fact = record.to_dict()
+        fact["version"] = versions.get(record.agent_name, 0)
+        facts.append(fact)
+    answer: dict[str, Any] = {"facts": facts, "next_offset": offset + limit if more else None}
+    if every_agent or as_of is not None:
+        return answer
+    version = versions[scope.agent_name]
+    return JSONResponse({**answer, "version": version}, headers=etag(version))
 
 
 def _facts_as_of(
@@ -94,9 +147,9 @@ def _facts_as_of(
     q: str | None,
     category: str | None,
     min_confidence: float | None,
-) -> list[ops.FactRecord]:
-    """The facts believed at ``as_of``, highest confidence first, filtered as a search is
-    (``q``: every term of it among the fact's)."""
+) -> tuple[int, list[ops.FactRecord]]:
+    """The version of the memory at ``as_of`` and the facts believed then, highest confidence
+    first, filtered as a search is (``q``: every term of it among the fact's)."""
     with caller.acting():
         doc = state.storage.load(**scope.arguments(), as_of=as_of)
     if doc.version == 0 and doc.last_updated is None:
@@ -110,41 +163,18 @@ def _facts_as_of(
         and wanted <= set(search_text(fact.content).split())
     ]
     facts.sort(key=lambda fact: -fact.confidence)
-    return [ops.FactRecord(scope.tenant_id, scope.user_id, scope.agent_name, f) for f in facts]
+    records = [ops.FactRecord(scope.tenant_id, scope.user_id, scope.agent_name, f) for f in facts]
+    return doc.version, records
 
 
-def _search(
-    state: ServerState,
-    caller: Caller,
-    scope: Scope,
-    agent_name: str | None,
-    q: str | None,
-    category: str | None,
-    min_confidence: float | None,
-    limit: int,
-    include_closed: bool,
-) -> list[ops.FactRecord]:
-    with caller.acting():
-        records = ops.search_facts(
-            state.engine,
-            q,
-            category=category,
-            min_confidence=min_confidence,
-            tenant_id=scope.tenant_id,
-            user_id=scope.user_id,
-            agent_name=None if agent_name is None else scope.agent_key,
-            limit=limit,
-            include_closed=include_closed,
-        )
-        exists = records or ops.memory_exists(
-            state.engine, scope.user_id, agent_name=agent_name, tenant_id=scope.tenant_id
-        )
-        if not exists:
-            raise not_found(f"no memory of user {scope.user_id!r}")
-    return records
-
-
-@router.post("/facts", status_code=201, summary="Add a fact (409 if its text is stored)")
+@router.post(
+    "/facts",
+    status_code=201,
+    summary="Add a fact (409 if its text is stored)",
+    description="The fact is stored at the confidence given, below `min_confidence` too (that "
+    "threshold filters what the memory LLM proposes, not what a caller writes on purpose); its "
+    f"source is `source_thread_id`, or `{API_SOURCE}`.",
+)
 def create_fact(
     user_id: str,
     body: NewFact,
@@ -160,7 +190,7 @@ def create_fact(
             body.content,
             category=body.category,
             confidence=body.confidence,
-            source_thread_id=body.source_thread_id,
+            source_thread_id=body.source_thread_id or API_SOURCE,
             **scope.arguments(),
             expected_version=version,
         )
@@ -214,7 +244,16 @@ def delete_fact(
     return _answer(change, scope)
 
 
-@router.get("/facts/{fact_id}/history", summary="A fact's changes, newest first")
+_HISTORY = (
+    "Oldest first; a page holds at most `limit` events, and `next` is the cursor to pass as "
+    "`after` for the next page (null: no more for now). Each event carries its own `cursor`: "
+    "keep the last one to read, later, only what happened since."
+)
+
+
+@router.get(
+    "/facts/{fact_id}/history", summary="A fact's changes, oldest first", description=_HISTORY
+)
 def fact_history(
     user_id: str,
     fact_id: str,
@@ -227,7 +266,9 @@ def fact_history(
     return _changes(state, caller, user_id, agent_name, fact_id, after, limit)
 
 
-@router.get("/changes", summary="The change log of a memory's facts, newest first")
+@router.get(
+    "/changes", summary="The change log of a memory's facts, oldest first", description=_HISTORY
+)
 def changes(
     user_id: str,
     caller: Reader,
@@ -256,6 +297,8 @@ def _changes(
         if not events and after is None:
             what = f"fact {fact_id!r}" if fact_id else f"memory of user {user_id!r}"
             raise not_found(f"no history of {what}")
+    for event in events:
+        event["cursor"] = history.cursor_of(event["version"], event["fact_id"])
     return {"events": events, "next": cursor}
 
 

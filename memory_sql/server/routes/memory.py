@@ -26,7 +26,7 @@ from ..state import ServerState, State
 from . import AgentQuery, AsOfQuery, IfMatch, as_utc, etag, precondition
 
 router = APIRouter(
-    prefix="/v1", tags=["memory"], responses=error_responses(400, 403, 404, 409, 412, 413, 422)
+    prefix="/v1", tags=["memory"], responses=error_responses(400, 403, 404, 409, 412, 413, 415, 422)
 )
 
 

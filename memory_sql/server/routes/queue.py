@@ -15,7 +15,9 @@ from ..auth import Admin, Reader
 from ..errors import error_responses
 from ..state import ServerState, State
 
-router = APIRouter(prefix="/v1/queue", tags=["queue"], responses=error_responses(400, 403, 404))
+router = APIRouter(
+    prefix="/v1/queue", tags=["queue"], responses=error_responses(400, 403, 404, 415)
+)
 
 
 class Requeue(BaseModel):
@@ -72,10 +74,15 @@ def without_endpoint(error: str | None, state: ServerState) -> str | None:
     return shown
 
 
-@router.post("/retry", summary="Run failed (or the named) updates again, now")
-def requeue(body: Requeue, caller: Admin, state: State) -> Any:
+@router.post(
+    "/retry",
+    summary="Run failed (or the named) updates again, now",
+    description='No body (or `{}`): every failed update of the tenant; `{"keys": […]}`: '
+    "the rows named.",
+)
+def requeue(caller: Admin, state: State, body: Requeue | None = None) -> Any:
     keys = None
-    if body.keys is not None:
+    if body is not None and body.keys is not None:
         keys = [manage.UpdateKey.parse(text) for text in body.keys]
         for key in keys:
             if key.tenant_id != caller.tenant_id:  # as if it did not exist

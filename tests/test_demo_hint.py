@@ -1,0 +1,51 @@
+"""The demo's closing hint ("Try: … context …") runs as printed, also when ``memory-sql`` is
+not on ``PATH`` (after ``make demo``, before ``source .venv/bin/activate``). The installed
+command in subprocesses, on a real SQLite file, offline (recorded model answers)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def environment(path: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "MEMORY_SQL_"))}
+    env["PYTHONPATH"] = str(ROOT)  # this checkout, whatever is installed
+    env["PATH"] = path
+    return env
+
+
+@pytest.mark.parametrize("on_path", [False, True], ids=["not-on-path", "on-path"])
+def test_the_demos_hint_runs_as_printed(tmp_path, on_path):
+    bin_dir = str(Path(sys.executable).parent)
+    others = [d for d in os.environ.get("PATH", "").split(os.pathsep) if d and d != bin_dir]
+    path = os.pathsep.join(([bin_dir] if on_path else []) + others)
+    env = environment(path)
+    demo = subprocess.run(
+        [sys.executable, "-m", "memory_sql", "demo", "--url", "sqlite:///demo.db"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    (hint,) = [line for line in demo.stdout.splitlines() if "Try: " in line]
+    command = hint.split("Try: ", 1)[1]
+    words = shlex.split(command)
+    if on_path:
+        assert words[0] == "memory-sql", hint
+    else:
+        assert words[0] != "memory-sql" and words[0].endswith("memory-sql"), hint
+    tried = subprocess.run(
+        command, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert tried.returncode == 0, tried.stdout + tried.stderr
+    assert "<user_memory>" in tried.stdout and "PostgreSQL" in tried.stdout
