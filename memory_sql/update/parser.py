@@ -258,6 +258,12 @@ def _section_field(name: str) -> Any:
     return Field(default=None, validation_alias=AliasChoices(_camel(name), name))
 
 
+def _list_field(name: str, limit: int) -> Any:
+    return Field(
+        default_factory=list, validation_alias=AliasChoices(_camel(name), name), max_length=limit
+    )
+
+
 class UserUpdate(_Strict):
     """Proposed user-context sections (absent: not proposed)."""
 
@@ -390,30 +396,16 @@ class MemoryUpdate(_Strict):
     new_facts: list[NewFact] = Field(
         validation_alias=AliasChoices("newFacts", "new_facts"), max_length=MAX_NEW_FACTS
     )
-    facts_to_remove: list[_Id] = Field(
-        default_factory=list,
-        validation_alias=AliasChoices("factsToRemove", "facts_to_remove"),
-        max_length=MAX_REMOVALS,
+    facts_to_remove: list[_Id] = _list_field("facts_to_remove", MAX_REMOVALS)
+    facts_to_reinforce: list[_Id] = _list_field("facts_to_reinforce", MAX_AGING_ITEMS)
+    stale_facts_to_remove: list[review.StaleRemoval] = _list_field(
+        "stale_facts_to_remove", MAX_AGING_ITEMS
     )
-    facts_to_reinforce: list[_Id] = Field(
-        default_factory=list,
-        validation_alias=AliasChoices("factsToReinforce", "facts_to_reinforce"),
-        max_length=MAX_AGING_ITEMS,
+    stale_facts_to_extend: list[review.StaleExtension] = _list_field(
+        "stale_facts_to_extend", MAX_AGING_ITEMS
     )
-    stale_facts_to_remove: list[review.StaleRemoval] = Field(
-        default_factory=list,
-        validation_alias=AliasChoices("staleFactsToRemove", "stale_facts_to_remove"),
-        max_length=MAX_AGING_ITEMS,
-    )
-    stale_facts_to_extend: list[review.StaleExtension] = Field(
-        default_factory=list,
-        validation_alias=AliasChoices("staleFactsToExtend", "stale_facts_to_extend"),
-        max_length=MAX_AGING_ITEMS,
-    )
-    facts_to_consolidate: list[review.Consolidation] = Field(
-        default_factory=list,
-        validation_alias=AliasChoices("factsToConsolidate", "facts_to_consolidate"),
-        max_length=MAX_AGING_ITEMS,
+    facts_to_consolidate: list[review.Consolidation] = _list_field(
+        "facts_to_consolidate", MAX_AGING_ITEMS
     )
     dropped: SkipJsonSchema[tuple[Rejection, ...]] = Field(default=(), exclude=True)
 
