@@ -1,11 +1,17 @@
 """memory_sql beside LangGraph's stores and the bare driver, on one PostgreSQL server and one disk.
 
     .venv/bin/python benchmarks/bench_peers.py [postgresql] [sqlite] [--idle-states]
+    .venv/bin/python benchmarks/bench_peers.py --before /tmp/base [postgresql] [sqlite]
 
 (default: both databases; with the CPUs kept out of deep idle states where the process may,
 see ``_common.steady_cpus``, unless ``--idle-states`` leaves them as they are).
 
 It needs the bench extra (pip install -e '.[bench]'; `make bench` installs it).
+
+``--before FOLDER`` (a checkout of the code before revision 0012, e.g. ``git worktree add
+/tmp/base <commit>``) measures instead live-fact loads and saves of that code and of this one,
+each on a database of its own, this one with 2 000 closed versions in the measured memory, in
+alternating runs of ``_live_facts_probe.py``, and prints this ÷ before (goal: at most 1.1×).
 
 The peers are used as their users use them. LangGraph's ``PostgresStore`` (on a
 ``psycopg_pool.ConnectionPool``) and ``SqliteStore`` hold one item per fact under the namespace
@@ -930,6 +936,8 @@ def main() -> int:
     )
     print(f"memory_sql measured: {measured_source()}")
     correct = True
+    if "--before" in sys.argv:
+        return versus_before(sys.argv[sys.argv.index("--before") + 1], sys.argv[1:])
     args = {arg.lower() for arg in sys.argv[1:]}  # e.g. `bench_peers.py sqlite`
     only = args - {"--idle-states"}
     tables: dict[type[Backend], dict[str, dict[str, Figure]]] = {}
@@ -947,6 +955,46 @@ def main() -> int:
     if not correct:
         print("\nFAILED: memory_sql lost an acknowledged update under same-user contention")
         return 1
+    return 0
+
+
+CLOSED_VERSIONS = 2000
+BEFORE_ROUNDS = 5
+
+
+def versus_before(before: str, args: list[str]) -> int:
+    """``--before``: see the module docstring."""
+    import json
+    import subprocess
+
+    probe = Path(__file__).resolve().parent / "_live_facts_probe.py"
+    here = str(Path(__file__).resolve().parent.parent)
+    kinds = [k for k in ("postgresql", "sqlite") if k in args] or ["postgresql", "sqlite"]
+    print(f"live-fact loads and saves: this code ({here}) ÷ the code before 0012 ({before})")
+    for kind in kinds:
+        runs: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
+        for _ in range(BEFORE_ROUNDS):
+            for side, path, closed in (("before", before, 0), ("after", here, CLOSED_VERSIONS)):
+                env = {**os.environ, "PYTHONPATH": path}
+                done = subprocess.run(
+                    [sys.executable, str(probe), kind, str(closed)],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+                runs[side].append(json.loads(done.stdout.strip().splitlines()[-1]))
+        if "skipped" in runs["after"][0]:
+            print(f"\n{kind}: skipped")
+            continue
+        print(f"\n{kind}: median of {BEFORE_ROUNDS} alternating runs, each the median of 300 calls")
+        print(f"| operation | before 0012 | after ({CLOSED_VERSIONS} closed versions) | ratio |")
+        print("| --- | --- | --- | --- |")
+        for name in runs["before"][0]:
+            old = statistics.median(r[name] for r in runs["before"])
+            new = statistics.median(r[name] for r in runs["after"])
+            verdict = "PASS" if new / old <= 1.1 else "FAIL"
+            print(f"| {name} | {fmt(old)} | {fmt(new)} | {new / old:.2f}× {verdict} |")
     return 0
 
 

@@ -7,7 +7,10 @@ removed, one added, one section rewritten), apply it and save. Each step is time
 plain ``json.dumps`` of the same memory in DeerFlow's shape, measured in the same run; the
 ratios are the figures to watch. Then the prompt's size in tokens (``make_token_counter()``),
 with the memory rendered as this prompt does and, for comparison, as indented JSON with every
-string HTML-escaped (DeerFlow's ``<current_memory>``).
+string HTML-escaped (DeerFlow's ``<current_memory>``). Last, the staleness review's cost on a
+1 000-fact memory (a third of it a year old): the prompt's tokens with the stale candidates
+marked (and, separately, consolidation offered) against the same prompt without, and the time
+:func:`memory_sql.update.review.offer` takes.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import json
 import random
 import sys
 import tempfile
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +39,7 @@ from memory_sql.models import (
 )
 from memory_sql.storage import open_storage
 from memory_sql.tokens import make_token_counter
+from memory_sql.update import review
 from memory_sql.update.parser import parse_update
 from memory_sql.update.prompt import build_update_prompt, format_memory
 from memory_sql.update.updater import apply_update
@@ -207,6 +212,49 @@ def main() -> None:
         f"  memory as indented escaped JSON (DeerFlow-like)  {tokens.count(theirs):8d}"
         f"   {tokens.count(theirs) / tokens.count(ours):.2f}x the line format"
     )
+
+    review_cost(rng, conversation, tokens)
+
+
+def review_cost(rng: random.Random, conversation: Any, tokens: Any) -> None:
+    """The prompt tokens the staleness review adds on a 1 000-fact memory."""
+    doc = memory(rng, 1000)
+    now = utcnow()
+    year_ago = now - timedelta(days=400)
+    doc.facts = [
+        f.replace(created_at=year_ago) if i % 3 == 0 else f for i, f in enumerate(doc.facts)
+    ]
+    stale = len(review.stale_facts(doc, MemoryConfig(), now))
+
+    def prompt_tokens(config: MemoryConfig) -> tuple[int, int]:
+        offer = review.offer(doc, config, now, tokens)
+        messages = build_update_prompt(
+            doc, conversation, correction=False, reinforcement=False, review=offer.text
+        )
+        return sum(tokens.count(m["content"]) for m in messages), len(offer.stale)
+
+    without, _ = prompt_tokens(MemoryConfig(staleness_review_enabled=False))
+    print(
+        f"\nStaleness review, 1 000-fact memory ({stale} facts past their validity), prompt "
+        f"tokens ({tokens.name})"
+    )
+    print(f"  without the review                               {without:8d}")
+    for label, config in (
+        ("review, default budget (20 candidates, 600 tokens)", MemoryConfig()),
+        (
+            "review, 100 candidates, 3 000 tokens",
+            MemoryConfig(staleness_max_candidates=100, staleness_prompt_tokens=3000),
+        ),
+        ("review + consolidation offered", MemoryConfig(consolidation_enabled=True)),
+    ):
+        with_review, offered = prompt_tokens(config)
+        extra = with_review - without
+        print(
+            f"  {label:<52} {with_review:8d}  +{extra} ({with_review / without:.3f}x), "
+            f"{offered} offered"
+        )
+    seconds = median_seconds(lambda: review.offer(doc, MemoryConfig(), now, tokens), number=20)
+    print(f"  review.offer (select and fit the candidates)     {fmt(seconds)}")
 
 
 if __name__ == "__main__":

@@ -121,6 +121,19 @@ _NUMBER_FIELDS = (
     "server_keep_alive_seconds",
     "server_max_connections",
     "server_max_header_bytes",
+    "staleness_age_days",
+    "staleness_min_candidates",
+    "staleness_max_candidates",
+    "staleness_prompt_tokens",
+    "staleness_max_removals_per_cycle",
+    "staleness_max_lifetime_multiplier",
+    "staleness_max_extension_days",
+    "staleness_review_interval_hours",
+    "consolidation_min_facts",
+    "consolidation_max_groups_per_cycle",
+    "consolidation_max_sources",
+    "closed_fact_retention_days",
+    "purge_interval_seconds",
 )
 _OPTIONAL_TEXT_FIELDS = (
     "model_name",
@@ -209,6 +222,26 @@ class MemoryConfig(BaseModel):
     (halving every ``eviction_freshness_half_life_days``) + ``eviction_heat_weight`` · access
     heat goes first, with ``eviction_guaranteed_share`` of ``max_facts`` kept for the
     guaranteed categories).
+
+    Aging (:mod:`memory_sql.update.review`): a fact is expected to hold ``expected_valid_days``
+    after its last confirmation (or its start): the LLM's figure, bounded by
+    ``staleness_age_days`` × ``staleness_max_lifetime_multiplier``, else its category's in
+    ``staleness_category_days``, else ``staleness_age_days``. With
+    ``staleness_review_enabled``, facts past it (never those of
+    ``staleness_protected_categories``) are offered to the LLM in the regular update, most
+    overdue first, at most ``staleness_max_candidates`` of them and ``staleness_prompt_tokens``
+    tokens, when at least ``staleness_min_candidates`` are due; the reply may remove at most
+    ``staleness_max_removals_per_cycle`` of them (lowest confidence first) or extend them (to at
+    most ``staleness_max_extension_days`` from their start). An update with nothing new to learn
+    makes no LLM call, unless candidates wait and the memory's last review is
+    ``staleness_review_interval_hours`` old (0: never without new turns). With
+    ``consolidation_enabled`` the LLM may also merge near-duplicate facts of categories holding
+    ``consolidation_min_facts`` live facts: at most ``consolidation_max_groups_per_cycle``
+    merges of 2 to ``consolidation_max_sources`` facts each.
+
+    Closed facts (superseded, removed, evicted: kept as past versions) older than
+    ``closed_fact_retention_days`` are deleted every ``purge_interval_seconds`` by the
+    service's worker, or by ``memory-sql db purge`` (0: kept until the memory is forgotten).
     """
 
     # protected_namespaces=(): the seed's key ``model_name`` is no pydantic method (pydantic
@@ -271,6 +304,31 @@ class MemoryConfig(BaseModel):
     recall_expansion_weight: float = Field(0.0, ge=0, le=10)
     access_heat_flush_seconds: float = Field(30.0, gt=0, le=86400)
     eviction_policy: Literal["confidence", "hybrid"] = "confidence"
+    staleness_review_enabled: bool = True
+    staleness_age_days: int = Field(90, ge=1, le=36500)
+    staleness_category_days: dict[str, int] = Field(
+        default_factory=lambda: {
+            "context": 90,
+            "goal": 90,
+            "behavior": 180,
+            "preference": 365,
+            "knowledge": 365,
+        }
+    )
+    staleness_min_candidates: int = Field(3, ge=1, le=1000)
+    staleness_max_candidates: int = Field(20, ge=1, le=1000)
+    staleness_prompt_tokens: int = Field(600, ge=50, le=32000)
+    staleness_max_removals_per_cycle: int = Field(10, ge=0, le=1000)
+    staleness_protected_categories: tuple[str, ...] = ("correction",)
+    staleness_max_lifetime_multiplier: int = Field(20, ge=1, le=400)
+    staleness_max_extension_days: int = Field(3650, ge=1, le=36500)
+    staleness_review_interval_hours: float = Field(0.0, ge=0, le=87600)
+    consolidation_enabled: bool = False
+    consolidation_min_facts: int = Field(8, ge=2, le=10000)
+    consolidation_max_groups_per_cycle: int = Field(3, ge=1, le=100)
+    consolidation_max_sources: int = Field(8, ge=2, le=100)
+    closed_fact_retention_days: int = Field(0, ge=0, le=36500)
+    purge_interval_seconds: float = Field(3600.0, gt=0, le=86400 * 7)
     eviction_confidence_weight: float = Field(0.65, ge=0, le=100)
     eviction_freshness_weight: float = Field(0.25, ge=0, le=100)
     eviction_heat_weight: float = Field(0.10, ge=0, le=100)
@@ -469,7 +527,22 @@ class MemoryConfig(BaseModel):
         # DeerFlow's newer spelling: "tiktoken" or "char".
         return {"tiktoken": True, "char": False}.get(value, value)
 
-    @field_validator("guaranteed_categories", mode="before")
+    @field_validator("staleness_category_days", mode="before")
+    @classmethod
+    def _category_days(cls, value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            return value
+        days: dict[str, int] = {}
+        for name, count in value.items():
+            key = str(name).strip().lower()
+            if not CATEGORY_PATTERN.fullmatch(key):
+                raise ValueError(f"{name!r} is not a category name (^[a-z0-9_-]{{1,32}}$)")
+            if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 36500:
+                raise ValueError(f"{name}: {count!r} is not a number of days from 1 to 36500")
+            days[key] = count
+        return days
+
+    @field_validator("guaranteed_categories", "staleness_protected_categories", mode="before")
     @classmethod
     def _categories(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -558,7 +631,14 @@ def _alias_given(field: str, data: Mapping[str, Any]) -> bool:
 
 
 def _parse_env(field: str, value: str, var: str) -> Any:
-    if field == "guaranteed_categories" and value.strip().startswith("["):
+    if field == "staleness_category_days":
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{var}: invalid JSON object: {exc.msg}", key=field) from None
+    if field in ("guaranteed_categories", "staleness_protected_categories") and (
+        value.strip().startswith("[")
+    ):
         try:
             return json.loads(value)
         except json.JSONDecodeError as exc:
@@ -610,6 +690,8 @@ def _allowed(key: str) -> str:
         return "see MemoryConfig"
     special = {
         "guaranteed_categories": "a list of category names (^[a-z0-9_-]{1,32}$)",
+        "staleness_protected_categories": "a list of category names (^[a-z0-9_-]{1,32}$)",
+        "staleness_category_days": "a mapping of category name to days (1 to 36500)",
         "storage": "a database URL or a folder",
         "storage_class": "a class path like 'package.module:Class'",
         "llm_base_url": "an http(s) URL",

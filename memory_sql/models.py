@@ -32,6 +32,9 @@ HISTORY_SECTIONS = ("recent_months", "earlier_context", "long_term_background")
 
 MAX_TEXT_CHARS = 32_000
 MAX_THREAD_ID_CHARS = 256
+MAX_VALID_DAYS = 36_500
+"""The longest ``expected_valid_days`` a fact may hold (the updater bounds the LLM's figure
+further, as DeerFlow does)."""
 FACT_ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 CATEGORY_PATTERN = re.compile(r"[a-z0-9_-]{1,32}")
 _WHITESPACE = re.compile(r"\s+")
@@ -199,6 +202,14 @@ class Fact(_Model):
     ``correction``, …); ``confidence`` is a finite number in [0, 1]; ``source_error`` is, for a
     correction, the mistake it corrects.
 
+    Aging: ``expected_valid_days`` is how long the fact is expected to hold after its last
+    confirmation (None: its category's default applies); ``confirmed_at`` and
+    ``confirmation_count`` tell when and how often the user confirmed it. Supersession:
+    ``valid_from`` is when it became believed (None: at its ``created_at``) and
+    ``valid_to`` when it stopped (None: live; a closed fact is only read by a past view,
+    :meth:`MemoryStorage.load(as_of=…) <memory_sql.storage.MemoryStorage.load>`), with
+    ``superseded_by`` the id of the fact that took its place, if one did.
+
     ``source_thread_id`` is the thread the fact was learned from. A fact that came from no
     thread keeps DeerFlow's source type there instead (``manual``, ``consolidation``,
     ``import``, as DeerFlow's own ``source`` string does), so that it reads back as that type;
@@ -225,8 +236,48 @@ class Fact(_Model):
     updated_at: datetime | None = Field(
         default=None, validation_alias=AliasChoices("updated_at", "updatedAt")
     )
+    expected_valid_days: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_VALID_DAYS,
+        validation_alias=AliasChoices("expected_valid_days", "expectedValidDays"),
+    )
+    confirmed_at: datetime | None = Field(
+        default=None,
+        validation_alias=AliasChoices("confirmed_at", "lastConfirmedAt", "confirmedAt"),
+    )
+    confirmation_count: int = Field(
+        default=0,
+        ge=0,
+        validation_alias=AliasChoices("confirmation_count", "confirmationCount"),
+    )
+    valid_from: datetime | None = Field(
+        default=None, validation_alias=AliasChoices("valid_from", "validFrom")
+    )
+    valid_to: datetime | None = Field(
+        default=None, validation_alias=AliasChoices("valid_to", "validTo")
+    )
+    superseded_by: str | None = Field(
+        default=None, validation_alias=AliasChoices("superseded_by", "supersededBy")
+    )
 
-    _utc = field_validator("created_at", "updated_at", mode="before")(_as_utc)
+    _utc = field_validator(
+        "created_at", "updated_at", "confirmed_at", "valid_from", "valid_to", mode="before"
+    )(_as_utc)
+
+    @field_validator("expected_valid_days", "confirmation_count", mode="before")
+    @classmethod
+    def _whole_days(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ValueError("must be a whole number, not a boolean")
+        return value
+
+    @field_validator("superseded_by")
+    @classmethod
+    def _successor(cls, value: str | None) -> str | None:
+        if value is not None and not FACT_ID_PATTERN.fullmatch(value):
+            raise ValueError("superseded_by must be a fact id (^[A-Za-z0-9_-]{1,64}$)")
+        return value
 
     @model_validator(mode="before")
     @classmethod
@@ -279,6 +330,11 @@ class Fact(_Model):
         """This fact's :func:`fact_key`."""
         return fact_key(self.content)
 
+    @property
+    def since(self) -> datetime:
+        """When the fact became believed: ``valid_from``, else ``created_at``."""
+        return self.valid_from or self.created_at
+
     def replace(self, **changes: Any) -> Fact:
         """A validated copy with ``changes`` applied (``fact.replace(confidence=0.9)``)."""
         return Fact.model_validate({**self.__dict__, **changes})
@@ -298,6 +354,12 @@ def trusted_fact(
     source_error: str | None,
     created_at: datetime,
     updated_at: datetime | None,
+    expected_valid_days: int | None = None,
+    confirmed_at: datetime | None = None,
+    confirmation_count: int = 0,
+    valid_from: datetime | None = None,
+    valid_to: datetime | None = None,
+    superseded_by: str | None = None,
 ) -> Fact:
     """A :class:`Fact` of values that were validated as a Fact before (a row the store wrote
     itself), built without validating them again: four times cheaper than
@@ -315,6 +377,12 @@ def trusted_fact(
             "source_error": source_error,
             "created_at": created_at,
             "updated_at": updated_at,
+            "expected_valid_days": expected_valid_days,
+            "confirmed_at": confirmed_at,
+            "confirmation_count": confirmation_count,
+            "valid_from": valid_from,
+            "valid_to": valid_to,
+            "superseded_by": superseded_by,
         },
     )
     _set_fields_set(fact, _FACT_FIELDS)
@@ -352,6 +420,11 @@ class MemoryDocument(_Model):
 
     ``version`` is 0 for a memory that has never been saved; each successful save makes it one
     higher. Pass it back as ``expected_version`` when saving.
+
+    A fact taken out of ``facts`` is closed by the save (kept as a past version, see
+    :class:`Fact`), not erased; ``superseded`` maps the id of such a fact to the id of the
+    fact that took its place, where one did (a correction, a merge): the save records it as
+    ``superseded_by``. It is not part of the exported document.
     """
 
     user: UserContext = Field(default_factory=UserContext)
@@ -361,6 +434,7 @@ class MemoryDocument(_Model):
     last_updated: datetime | None = Field(
         default=None, validation_alias=AliasChoices("last_updated", "lastUpdated")
     )
+    superseded: dict[str, str] = Field(default_factory=dict, exclude=True)
 
     _utc = field_validator("last_updated", mode="before")(_as_utc)
 
@@ -383,6 +457,7 @@ class MemoryDocument(_Model):
                 sections[name] = _copy_of(section, section.__dict__.copy())
             values[group] = _copy_of(model, sections)
         values["facts"] = values["facts"][:]
+        values["superseded"] = values["superseded"].copy()
         return _copy_of(self, values)
 
     def sections(self) -> dict[str, Section]:
@@ -426,6 +501,19 @@ class MemoryDocument(_Model):
                 out["updatedAt"] = format_timestamp(f.updated_at)
             if f.source_error:
                 out["sourceError"] = f.source_error
+            if f.expected_valid_days is not None:
+                out["expected_valid_days"] = f.expected_valid_days
+            if f.confirmed_at is not None:
+                out["lastConfirmedAt"] = format_timestamp(f.confirmed_at)
+            if f.confirmation_count:
+                out["confirmationCount"] = f.confirmation_count
+            # DeerFlow has no validity interval: memory_sql's own names, read back by import.
+            if f.valid_from is not None:
+                out["validFrom"] = format_timestamp(f.valid_from)
+            if f.valid_to is not None:
+                out["validTo"] = format_timestamp(f.valid_to)
+            if f.superseded_by is not None:
+                out["supersededBy"] = f.superseded_by
             return out
 
         return {

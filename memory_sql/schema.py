@@ -27,7 +27,6 @@ from sqlalchemy import (
     Table,
     Text,
     TypeDecorator,
-    UniqueConstraint,
 )
 
 metadata = MetaData(
@@ -162,15 +161,61 @@ memory_facts = Table(
         comment="times shown in a ranked context (written in the background, lossy)",
     ),
     Column("last_accessed_at", UTCDateTime, nullable=True),
+    Column(
+        "expected_valid_days",
+        Integer,
+        nullable=True,
+        comment="how long the fact is expected to hold from its last confirmation (the LLM's "
+        "figure, else its category's default)",
+    ),
+    Column("confirmed_at", UTCDateTime, nullable=True, comment="last confirmed by the user"),
+    Column("confirmation_count", Integer, nullable=False, server_default="0"),
+    Column(
+        "valid_from",
+        UTCDateTime,
+        nullable=True,
+        comment="believed true from then; NULL: from created_at",
+    ),
+    Column(
+        "valid_to",
+        UTCDateTime,
+        nullable=True,
+        comment="closed (superseded, removed, evicted) then; NULL: live",
+    ),
+    Column(
+        "superseded_by", String(64), nullable=True, comment="the fact that took its place, if any"
+    ),
     _scope_fk(),
     CheckConstraint("confidence >= 0 AND confidence <= 1", name="confidence_range"),
-    UniqueConstraint(
-        "tenant_id", "user_id", "agent_name", "content_key", name="uq_memory_facts_content_key"
-    ),
+    CheckConstraint("expected_valid_days > 0", name="expected_valid_days_positive"),
     Index("ix_memory_facts_tenant_category", "tenant_id", "category"),
     Index("ix_memory_facts_tenant_created_at", "tenant_id", "created_at"),
     Index("ix_memory_facts_tenant_updated_at", "tenant_id", "updated_at"),
     comment="Durable facts about a user; duplicates (casefold) are impossible per scope.",
+)
+
+LIVE = memory_facts.c.valid_to.is_(None)
+"""The condition of a live fact (what the partial indexes below cover)."""
+
+# Casefold duplicates are impossible among live facts (closed ones keep their key); the index
+# also finds a scope's live facts for a load.
+Index(
+    "uq_memory_facts_live_content_key",
+    memory_facts.c.tenant_id,
+    memory_facts.c.user_id,
+    memory_facts.c.agent_name,
+    memory_facts.c.content_key,
+    unique=True,
+    sqlite_where=LIVE,
+    postgresql_where=LIVE,
+)
+# Closed facts by when they were closed: the retention purge and the superseded report.
+Index(
+    "ix_memory_facts_tenant_valid_to",
+    memory_facts.c.tenant_id,
+    memory_facts.c.valid_to,
+    sqlite_where=memory_facts.c.valid_to.is_not(None),
+    postgresql_where=memory_facts.c.valid_to.is_not(None),
 )
 
 FACT_COLUMNS = (
@@ -182,8 +227,13 @@ FACT_COLUMNS = (
     memory_facts.c.source_error,
     memory_facts.c.created_at,
     memory_facts.c.updated_at,
+    memory_facts.c.expected_valid_days,
+    memory_facts.c.confirmed_at,
+    memory_facts.c.confirmation_count,
+    memory_facts.c.valid_from,
 )
-"""The columns a :class:`~memory_sql.Fact` is read from."""
+"""The columns a live :class:`~memory_sql.Fact` is read from (a closed one adds ``valid_to``
+and ``superseded_by``)."""
 
 # Serves injection (highest confidence first) and eviction (lowest first) for one scope.
 Index(
@@ -192,6 +242,8 @@ Index(
     memory_facts.c.user_id,
     memory_facts.c.agent_name,
     memory_facts.c.confidence.desc(),
+    sqlite_where=LIVE,
+    postgresql_where=LIVE,
 )
 
 memory_pending_updates = Table(
@@ -241,6 +293,9 @@ memory_fact_events = Table(
     Column("category", String(32), nullable=False),
     Column("confidence", Float, nullable=False),
     Column("occurred_at", UTCDateTime, nullable=False),
+    Column("content_before", Text, nullable=True, comment="the text before (updated, removed)"),
+    Column("content_after", Text, nullable=True, comment="the text after (added, updated)"),
+    Column("superseded_by", String(64), nullable=True, comment="removed: what took its place"),
     CheckConstraint("event IN ('added', 'updated', 'removed')", name="event"),
     Index("ix_memory_fact_events_tenant_occurred_at", "tenant_id", "occurred_at"),
     comment="Append-only log of fact changes, written by each save, for reporting over time.",
@@ -277,6 +332,22 @@ memory_llm_calls = Table(
     Column("latency_ms", Integer, nullable=False),
     Column("outcome", String(16), nullable=False),
     Column("error", Text, nullable=True),
+    Column(
+        "stale_offered",
+        Integer,
+        nullable=False,
+        server_default="0",
+        comment="stale facts the prompt offered for review",
+    ),
+    Column("stale_removed", Integer, nullable=False, server_default="0"),
+    Column("stale_extended", Integer, nullable=False, server_default="0"),
+    Column(
+        "facts_merged",
+        Integer,
+        nullable=False,
+        server_default="0",
+        comment="source facts consolidated into merged ones",
+    ),
     CheckConstraint(
         "outcome IN (" + ", ".join(f"'{name}'" for name in LLM_CALL_OUTCOMES) + ")",
         name="outcome",

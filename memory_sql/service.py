@@ -30,7 +30,7 @@ import os
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable
-from datetime import date
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +164,8 @@ class MemoryService:
         if start:
             self._warn_if_no_model()
             self.worker.start()
+            if self.config.closed_fact_retention_days > 0:
+                self.worker.every(self.config.purge_interval_seconds, self.purge_closed, "purge")
 
     # the agent's side ------------------------------------------------------------------------
 
@@ -266,6 +268,41 @@ class MemoryService:
         if not kept.learnable:
             return False
         return self.spool.add(scope, thread_id, kept.turns, kept.signals, immediate=immediate)
+
+    def load(
+        self,
+        *,
+        user_id: str | None = None,
+        agent_name: str | None = None,
+        tenant_id: str | None = None,
+        as_of: datetime | None = None,
+    ) -> MemoryDocument:
+        """The stored memory of a scope (:meth:`MemoryStorage.load
+        <memory_sql.storage.MemoryStorage.load>`); ``as_of``: the facts believed then.
+
+        Raises:
+            InvalidScopeError: a scope argument is malformed.
+            StorageError: the storage could not be read.
+        """
+        scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=tenant_id)
+        with acting_for(scope.tenant_id):
+            return self.storage.load(**scope.arguments(), as_of=as_of)
+
+    def purge_closed(self) -> int:
+        """Delete the closed facts older than ``closed_fact_retention_days`` (0: none); what
+        the worker runs every ``purge_interval_seconds``. Returns how many; never raises (a
+        failure is logged, and the next run tries again)."""
+        days = self.config.closed_fact_retention_days
+        if days <= 0:
+            return 0
+        try:
+            purged = self.storage.purge_closed(utcnow() - timedelta(days=days))
+        except Exception:
+            self._problem("memory_sql: cannot purge closed facts")
+            return 0
+        if purged:
+            logger.info("memory_sql: purged %d closed facts older than %d days", purged, days)
+        return purged
 
     def memory_context(
         self,

@@ -458,13 +458,14 @@ def test_forget_deletes_every_row_of_the_user_and_nothing_else(url):
 
     declined = invoke("forget", "--user", user, "--tenant", tenant, "--url", url, code=1, input="n")
     assert "Delete every row of user" in declined
-    assert rows(url, "memory_facts", tenant_id=tenant, user_id=user) == 4
+    # 4 live facts and the 2 removed ones, kept closed (revision 0012)
+    assert rows(url, "memory_facts", tenant_id=tenant, user_id=user) == 6
 
     output = invoke("forget", "--user", user, "--tenant", tenant, "--url", url, input="y\n")
     expected = {
         "memory_scopes": 2,
         "memory_sections": 2,
-        "memory_facts": 4,
+        "memory_facts": 6,  # closed facts too
         "memory_pending_updates": 2,
         "memory_fact_events": 8,  # 3 added + 1 removed, per agent
     }

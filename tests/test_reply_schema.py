@@ -42,12 +42,33 @@ def _expected_drops(instance: dict) -> tuple[list[str], int]:
         content = fact["content"].replace("\x00", "")
         if placeholder(content):
             reasons.append("empty" if not content.strip() else "placeholder")
-    for fact_id in instance["factsToRemove"]:
-        fact_id = fact_id.replace("\x00", "")
+        else:  # a kept fact's replaced ids, each read on its own
+            reasons += [reason for fact_id in fact["replaces"] if (reason := _drop(fact_id))]
+    for key in ("factsToRemove", "factsToReinforce"):
+        for fact_id in instance[key]:
+            parts += 1
+            if _drop(fact_id):
+                reasons.append(_drop(fact_id))
+    for key in ("staleFactsToRemove", "staleFactsToExtend"):
+        for item in instance[key]:
+            parts += 1
+            if _drop(item["id"]):
+                reasons.append(_drop(item["id"]))
+    for group in instance["factsToConsolidate"]:
         parts += 1
-        if placeholder(fact_id):
-            reasons.append("empty" if not fact_id.strip() else "placeholder")
+        texts = [*group["sourceIds"], group["consolidated"]["content"]]
+        first = next((reason for text in texts if (reason := _drop(text))), None)
+        if first:
+            reasons.append(first)
     return sorted(reasons), parts
+
+
+def _drop(text: str) -> str | None:
+    """Why the parser drops the id or text ``text`` (None: it keeps it)."""
+    text = text.replace("\x00", "")
+    if not placeholder(text):
+        return None
+    return "empty" if not text.strip() else "placeholder"
 
 
 @settings(
@@ -128,6 +149,11 @@ def _complete(reply: dict) -> dict:
         "newFacts": [{"sourceError": None, **fact} for fact in reply["newFacts"]],
         "factsToRemove": reply["factsToRemove"],
     }
+    for fact in out["newFacts"]:
+        fact.setdefault("expectedValidDays", None)
+        fact.setdefault("replaces", [])
+    for key in SCHEMA["properties"]:
+        out.setdefault(key, [])
     return out
 
 

@@ -25,14 +25,16 @@ def _client(llm: ScriptedLLM, **overrides) -> LLMClient:
 
 
 def test_the_schema_comes_from_the_parser_models_and_is_strict():
-    assert set(SCHEMA["properties"]) == {"user", "history", "newFacts", "factsToRemove"}
-    assert SCHEMA["required"] == ["user", "history", "newFacts", "factsToRemove"]
+    keys = ["user", "history", "newFacts", "factsToRemove", "factsToReinforce"]
+    keys += ["staleFactsToRemove", "staleFactsToExtend", "factsToConsolidate"]  # the review's
+    assert set(SCHEMA["properties"]) == set(keys)
+    assert SCHEMA["required"] == keys
     defs = SCHEMA["$defs"]
     for name, node in defs.items():
         assert node["additionalProperties"] is False, name
         assert node["required"] == list(node["properties"]), name
     assert set(defs["UserUpdate"]["properties"]) == {"workContext", "personalContext", "topOfMind"}
-    fact_fields = {"content", "category", "confidence", "sourceError"}
+    fact_fields = {"content", "category", "confidence", "sourceError", "expectedValidDays"}
     assert fact_fields <= set(defs["NewFact"]["properties"])
     assert "title" not in json.dumps(SCHEMA) and "default" not in json.dumps(SCHEMA)
 

@@ -294,3 +294,49 @@ def test_a_long_think_block_does_not_count_against_the_limit():
 )
 def test_reasoning_blocks_are_dropped_as_before(reply, kept):
     assert _drop_reasoning(reply) == kept
+
+
+def test_aging_items_are_read_one_by_one_and_a_bad_one_is_dropped_and_counted():
+    fact = {**update_reply()["newFacts"][0], "expectedValidDays": "40"}
+    fact["replaces"] = ["fact_old", "...", 7]
+    reply = update_reply(
+        newFacts=[fact],
+        factsToReinforce=["fact_kept", "fact_id"],
+        staleFactsToRemove=["fact_stale", {"id": "<id of a fact in the current memory>"}, {}],
+        staleFactsToExtend=[
+            {"id": "fact_long", "extend_by_days": "99999", "reason": "still true " * 100},
+            {"id": "fact_bad", "extend_by_days": "soon"},
+        ],
+        factsToConsolidate=[
+            {"sourceIds": ["fact_x", "fact_y"], "consolidated": {"content": "Uses vim daily"}},
+            {"sourceIds": ["fact_x", "fact_z"], "consolidated": {"content": "   "}},
+        ],
+    )
+    update = parse_update(json.dumps(reply))
+    [kept] = update.new_facts
+    assert (kept.expected_valid_days, kept.replaces) == (40, ["fact_old"])
+    assert update.facts_to_reinforce == ["fact_kept"]
+    assert [item.id for item in update.stale_facts_to_remove] == ["fact_stale"]
+    [extension] = update.stale_facts_to_extend
+    assert extension.id == "fact_long" and extension.extend_by_days == 36_500
+    assert len(extension.reason or "") == 300  # cut for the log, not refused
+    [group] = update.facts_to_consolidate
+    assert group.source_ids == ["fact_x", "fact_y"]
+    kinds = sorted((item.kind, item.reason) for item in update.dropped)
+    assert kinds == [
+        ("consolidation", "empty"),
+        ("reinforcement", "placeholder"),
+        ("replacement", "malformed"),
+        ("replacement", "placeholder"),
+        ("stale_extension", "malformed"),
+        ("stale_removal", "malformed"),
+        ("stale_removal", "placeholder"),
+    ]
+
+
+def test_a_reply_of_only_aging_items_is_found_and_kept():
+    update = parse_update(json.dumps({"staleFactsToRemove": [{"id": "fact_a", "reason": "old"}]}))
+    assert [item.id for item in update.stale_facts_to_remove] == ["fact_a"]
+    with pytest.raises(InvalidUpdateError) as caught:
+        parse_update(json.dumps({"user": {}, "staleFactsToRemove": [{"id": "..."}]}))
+    assert caught.value.rejected == {"placeholder": 1}

@@ -1,7 +1,8 @@
-"""``memory-sql db``: create, inspect and check the schema (Alembic)."""
+"""``memory-sql db``: create, inspect and check the schema (Alembic); purge closed facts."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Annotated
 
 import typer
@@ -9,7 +10,21 @@ import typer
 from .. import migrations
 from ..database import create_engine, redacted
 from ..errors import MemorySQLError
-from ._common import ConfigOption, UrlOption, app, command, group, lit, out, sql_database
+from ..models import utcnow
+from ..scope import Scope
+from ..storage import SQLStorage
+from ._common import (
+    ConfigOption,
+    UrlOption,
+    app,
+    command,
+    group,
+    lit,
+    out,
+    plural,
+    read_config,
+    sql_database,
+)
 
 db_app = group(help="Create and check the database schema (Alembic).")
 app.add_typer(db_app, name="db")
@@ -134,3 +149,52 @@ def db_grant(
         typer.echo(statement + ";")
     if apply:
         out.print(f"granted to {lit(role)}", highlight=False)
+
+
+@command(db_app, "purge")
+def db_purge(
+    url: UrlOption = None,
+    older_than_days: Annotated[
+        int | None,
+        typer.Option(
+            "--older-than-days",
+            min=0,
+            help="Delete closed facts (superseded or removed versions) closed more than this "
+            "many days ago (default: the config's closed_fact_retention_days).",
+            show_default=False,
+        ),
+    ] = None,
+    tenant: Annotated[
+        str | None, typer.Option("--tenant", help="Only this tenant's.", show_default=False)
+    ] = None,
+    config: ConfigOption = None,
+) -> None:
+    """Delete old closed facts: past versions kept for as-of reads and history.
+
+    Live facts are never touched. The worker of `memory-sql run`/`serve` does the same in the
+    background when closed_fact_retention_days is set.
+
+    Example:
+        memory-sql db purge --older-than-days 365 --url sqlite:///memory_sql.db
+    """
+    days = older_than_days
+    if days is None:
+        days = read_config(config, url).closed_fact_retention_days
+        if days == 0:
+            raise MemorySQLError(
+                "give --older-than-days (closed_fact_retention_days is 0: keep closed facts)"
+            )
+    if tenant is not None:
+        Scope.of(tenant_id=tenant)  # a clear error for a malformed tenant
+    engine = create_engine(sql_database(config, url, create=False))
+    try:
+        storage = SQLStorage(engine)
+        purged = storage.purge_closed(utcnow() - timedelta(days=days), tenant_id=tenant)
+    finally:
+        engine.dispose()
+    out.print(
+        f"{lit(redacted(engine.url))}: purged {plural(purged, 'closed fact')} closed more than "
+        f"{plural(days, 'day')} ago",
+        highlight=False,
+        soft_wrap=True,
+    )

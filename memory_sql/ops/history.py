@@ -2,11 +2,14 @@
 added, updated or removed): a fact's history and a memory's change log, oldest first, paged
 forward by a cursor.
 
-Events keep a fact's category and confidence at each change, not its text: the text of a
-removed fact is gone with it (forgetting means forgetting). Events are ordered by version
-(oldest first), then fact id, the order they happened in; a page gives the cursor of its last
-event, an opaque string the next page starts after. New events come after it, so a reader
-that keeps the cursor of its last page reads, later, only what happened since.
+Events keep a fact's category and confidence at each change and, since revision 0012, its
+text before and after (``content_before``: updated and removed; ``content_after``: added and
+updated) and, for a removed fact, the fact that took its place (``superseded_by``); events
+written before that revision have no text (``None``). An update that kept the text stores
+it once; it is read back as both. Forgetting a memory deletes its events with it. Events are
+ordered by version (oldest first), then fact id, the order they happened in; a page gives the
+cursor of its last event, an opaque string the next page starts after. New events come after
+it, so a reader that keeps the cursor of its last page reads, later, only what happened since.
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ _COLUMNS = (
     events.c.category,
     events.c.confidence,
     events.c.occurred_at,
+    events.c.content_before,
+    events.c.content_after,
+    events.c.superseded_by,
 )
 
 
@@ -43,7 +49,8 @@ def change_log(
 ) -> tuple[list[dict[str, Any]], str | None]:
     """The events of ``scope``'s memory (only of ``fact_id`` if given), oldest first: each
     ``version``, ``fact_id``, ``event`` (added, updated, removed), ``category``,
-    ``confidence`` and ``occurred_at``; at most ``limit``, those after the cursor ``after``.
+    ``confidence``, ``occurred_at``, ``content_before``, ``content_after`` and
+    ``superseded_by``; at most ``limit``, those after the cursor ``after``.
     Returns them and the cursor of the next page (None: this was the last, for now).
 
     Raises:
@@ -84,6 +91,11 @@ def change_log(
             "category": row.category,
             "confidence": row.confidence,
             "occurred_at": format_timestamp(row.occurred_at),
+            "content_before": row.content_after
+            if row.event == "updated" and row.content_before is None
+            else row.content_before,
+            "content_after": row.content_after,
+            "superseded_by": row.superseded_by,
         }
         for row in rows[:limit]
     ]

@@ -16,10 +16,15 @@ The views are plain SQL over the tables and can be queried directly (see the REA
   p50_latency_ms (the median, computed in the view's SQL the same way on both databases: the
   middle call by latency, or the mean of the two middle ones), and (revision 0014)
   held_over_budget: the tenant's updates held back that day by its daily LLM budget (each
-  hold and re-check; shown on each of the day's model rows);
+  hold and re-check; shown on each of the day's model rows); since revision 0012 also
+  stale_offered, stale_removed, stale_extended (the staleness review's counts) and
+  facts_merged (facts consolidated into others);
 - ``memory_report_llm_rejections`` (revision 0013): tenant_id, day (UTC), model, reason,
   calls (calls whose reply had parts refused for that reason), items (parts refused): what the
   memory LLM answered that was not stored, and why (:mod:`memory_sql.update.rejections`).
+- ``memory_report_superseded`` (revision 0012): tenant_id, day (UTC), closed (facts closed
+  that day and still kept: superseded, removed, evicted), superseded (of those, replaced by
+  another fact). The fact views above count live facts only.
 """
 
 from __future__ import annotations
@@ -98,7 +103,20 @@ llm_usage_view = sa.Table(
     sa.Column("failures", sa.Integer),
     sa.Column("p50_latency_ms", sa.Float),
     sa.Column("held_over_budget", sa.Integer),
+    sa.Column("stale_offered", sa.Integer),
+    sa.Column("stale_removed", sa.Integer),
+    sa.Column("stale_extended", sa.Integer),
+    sa.Column("facts_merged", sa.Integer),
 )
+superseded_view = sa.Table(
+    "memory_report_superseded",
+    _views,
+    sa.Column("tenant_id", sa.String),
+    sa.Column("day", sa.Date),
+    sa.Column("closed", sa.Integer),
+    sa.Column("superseded", sa.Integer),
+)
+_REVIEW_COUNTS = ("stale_offered", "stale_removed", "stale_extended", "facts_merged")
 
 llm_rejections_view = sa.Table(
     "memory_report_llm_rejections",
@@ -141,6 +159,8 @@ def build_report(
       the most calls that day, as medians do not add up;
     - ``llm_rejections``: per reason over the last ``days``, most parts first, the calls whose
       reply had parts refused for it and the parts refused;
+    - ``superseded``: the last ``days`` UTC days, oldest first, each with the facts closed
+      that day (still kept) and how many of them another fact superseded;
     - ``totals``: facts, memories, pending and failed updates, LLM calls and tokens, reply
       parts refused (over ``days``).
 
@@ -220,6 +240,13 @@ def build_report(
         .order_by(sa.func.sum(r.c["items"]).desc(), r.c.reason)
     )
 
+    x = superseded_view
+    superseded = (
+        sa.select(x.c.day, _int(x.c.closed).label("closed"), _int(x.c.superseded).label("sup"))
+        .where(where(x), x.c.day >= start, x.c.day <= today)
+        .group_by(x.c.day)
+    )
+
     with database_errors(engine, "report"), engine.connect() as conn:
         category_rows = conn.execute(categories).all()
         bucket_rows = dict(conn.execute(buckets).all())
@@ -228,6 +255,7 @@ def build_report(
         memory_count = conn.execute(memories).scalar_one()
         queue_rows = conn.execute(queue).all()
         usage_rows = conn.execute(usage).all()
+        superseded_rows = {_day(row.day): row for row in conn.execute(superseded)}
         refused_rows = conn.execute(refused).all()
 
     report_categories = [
@@ -262,6 +290,17 @@ def build_report(
         for row in queue_rows
     }
     report_usage = _usage(usage_rows)
+    report_superseded = []
+    for offset in range(days):
+        day = start + timedelta(days=offset)
+        closed = superseded_rows.get(day)
+        report_superseded.append(
+            {
+                "day": day.isoformat(),
+                "closed": closed.closed if closed else 0,
+                "superseded": closed.sup if closed else 0,
+            }
+        )
     return {
         "tenant_id": tenant,
         "totals": {
@@ -295,7 +334,12 @@ def build_report(
         "llm_rejections": [
             {"reason": row.reason, "calls": row.calls, "items": row.items} for row in refused_rows
         ],
+        "superseded": report_superseded,
     }
+
+
+def _day(value: Any) -> date:
+    return value if isinstance(value, date) else date.fromisoformat(str(value))
 
 
 def _held(rows: Any) -> int:
@@ -323,9 +367,12 @@ def _usage(rows: Any) -> list[dict[str, Any]]:
                 if row.p50_latency_ms is not None
                 else None,
                 "held_over_budget": int(row.held_over_budget or 0),
+                **{name: int(getattr(row, name) or 0) for name in _REVIEW_COUNTS},
             }
             continue
         entry["held_over_budget"] += int(row.held_over_budget or 0)
+        for name in _REVIEW_COUNTS:
+            entry[name] += int(getattr(row, name) or 0)
         entry["calls"] += int(row.calls)
         entry["prompt_tokens"] += int(row.prompt_tokens or 0)
         entry["completion_tokens"] += int(row.completion_tokens or 0)

@@ -18,6 +18,7 @@ from ..models import (
 )
 from ..schema import (
     FACT_COLUMNS,
+    LIVE,
     memory_facts,
 )
 from ..scope import Scope
@@ -50,6 +51,12 @@ class FactRecord:
             "source_error": fact.source_error,
             "created_at": format_timestamp(fact.created_at),
             "updated_at": format_timestamp(fact.updated_at),
+            "expected_valid_days": fact.expected_valid_days,
+            "confirmed_at": format_timestamp(fact.confirmed_at) or None,
+            "confirmation_count": fact.confirmation_count,
+            "valid_from": format_timestamp(fact.since),
+            "valid_to": format_timestamp(fact.valid_to) or None,
+            "superseded_by": fact.superseded_by,
         }
 
 
@@ -62,7 +69,12 @@ _ORDER = (
     memory_facts.c.fact_id,
 )
 _SEARCH = sa.select(
-    memory_facts.c.tenant_id, memory_facts.c.user_id, memory_facts.c.agent_name, *FACT_COLUMNS
+    memory_facts.c.tenant_id,
+    memory_facts.c.user_id,
+    memory_facts.c.agent_name,
+    *FACT_COLUMNS,
+    memory_facts.c.valid_to,
+    memory_facts.c.superseded_by,
 ).order_by(*_ORDER)
 
 
@@ -76,6 +88,7 @@ def search_facts(
     user_id: str | None = None,
     agent_name: str | None = None,
     limit: int | None = 50,
+    include_closed: bool = False,
 ) -> list[FactRecord]:
     """Facts of every memory matching all the filters given: most relevant to ``text`` first
     when one is given, else highest confidence first.
@@ -86,7 +99,9 @@ def search_facts(
     ``"Straße"``, ``"python"`` and ``"pyth"`` find ``"ＰＹＴＨＯＮ"``, ``"上海"`` finds
     ``"在上海工作"`` (each CJK character is a term). Ties in relevance go by confidence. A text
     with no letters or digits matches nothing (an empty one is no filter). ``agent_name=""``
-    selects the unnamed agents' memories; ``limit=None`` returns every match.
+    selects the unnamed agents' memories; ``limit=None`` returns every match. Only live facts
+    are searched unless ``include_closed`` (closed versions then come with their
+    ``valid_to`` and ``superseded_by``).
 
     Raises:
         InvalidScopeError: a tenant, user or agent filter is malformed.
@@ -114,7 +129,7 @@ def search_facts(
         parameters["min_confidence"] = min_confidence
     if limit is not None:
         parameters["limit"] = limit
-    statement = _search_statement(frozenset(parameters))
+    statement = _search_statement(frozenset(parameters) | _LIVE_ONLY[include_closed])
     if text is not None and text.strip():
         terms = query_terms(text)
         if not terms:
@@ -144,7 +159,9 @@ def _search_statement(filters: frozenset[str]) -> sa.Select:
     return statement
 
 
+_LIVE_ONLY = {False: frozenset({"live"}), True: frozenset()}
 _SEARCH_FILTERS = {
+    "live": LIVE,
     "tenant": memory_facts.c.tenant_id == sa.bindparam("tenant"),
     "user": memory_facts.c.user_id == sa.bindparam("user"),
     "agent": memory_facts.c.agent_name == sa.bindparam("agent"),

@@ -139,6 +139,11 @@ class UpdateWorker:
         if due is not None:
             self.notify(due)
 
+    def every(self, seconds: float, job: Callable[[], object], name: str) -> None:
+        """Run ``job`` every ``seconds`` on the scheduler (started) as housekeeping; its
+        exceptions are the job's to handle."""
+        self._scheduler.add_job(job, "interval", seconds=seconds, id=name, name=name)
+
     def _renew(self) -> None:
         """Keep the leases of runs still going (and of rows claimed to wait for a thread),
         however long the LLM takes."""

@@ -11,7 +11,7 @@ from operator import attrgetter, is_not
 from types import TracebackType
 
 from ..errors import DuplicateFactError
-from ..models import Fact, MemoryDocument, Section, copy_model
+from ..models import Fact, MemoryDocument, Section, copy_model, new_fact_id
 from ..scope import Scope
 from .search import score_in_memory
 
@@ -32,18 +32,43 @@ class MemoryStorage(ABC):
         user_id: str | None = None,
         agent_name: str | None = None,
         tenant_id: str | None = None,
+        as_of: datetime | None = None,
     ) -> MemoryDocument:
-        """The stored document of a scope, with its ``version``.
+        """The stored document of a scope, with its ``version``: its live facts.
 
         A scope with nothing stored gives an empty document at version 0. Facts come ordered by
         ``created_at``, then ``id``. The document returned is the caller's to change: it shares
         nothing with the backend's cache.
 
+        ``as_of`` (an aware datetime) reads the past instead: the facts believed at that
+        moment (``valid_from <= as_of`` and not closed by then), closed ones with their
+        ``valid_to`` and ``superseded_by``; sections keep no history and are today's. Such a
+        document is a view of the past and cannot be saved (its ``version`` is 0).
+
         Raises:
             InvalidScopeError: a scope argument is malformed.
+            ValueError: ``as_of`` has no time zone.
             StorageError: the backend could not be read (database down, corrupt file).
+            NotImplementedError: ``as_of`` on a backend that keeps no past facts.
         """
-        return self._load(Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=tenant_id))
+        scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=tenant_id)
+        if as_of is None:
+            return self._load(scope)
+        if not isinstance(as_of, datetime) or as_of.tzinfo is None:
+            raise ValueError("as_of must be a datetime with a time zone")
+        return self._load_as_of(scope, as_of)
+
+    def _load_as_of(self, scope: Scope, as_of: datetime) -> MemoryDocument:
+        raise NotImplementedError(f"{type(self).__name__} keeps no past facts (as_of)")
+
+    def purge_closed(self, older_than: datetime, *, tenant_id: str | None = None) -> int:
+        """Delete the closed facts (past versions) closed before ``older_than``, of every
+        memory (or of ``tenant_id``'s); returns how many. A backend that keeps none has none.
+
+        Raises:
+            StorageError: the backend could not be written.
+        """
+        return 0
 
     def save(
         self,
@@ -167,6 +192,13 @@ class Changes:
     """Ids of updated facts whose casefold key changed."""
     removed: dict[str, Fact] = field(default_factory=dict)
     """The deleted facts as they were, by id."""
+    superseded: dict[str, str] = field(default_factory=dict)
+    """Of the deleted facts, those another took the place of: its id, by theirs."""
+    previous: dict[str, Fact] = field(default_factory=dict)
+    """The updated facts as they were, by id."""
+    archived: list[Fact] = field(default_factory=list)
+    """The earlier text of facts whose text changed, as closed versions to insert (a past
+    view shows them; the live fact keeps its id)."""
     positions: dict[str, int] = field(default_factory=dict)
     """Where each updated fact's id stands in the base document's facts."""
 
@@ -174,7 +206,17 @@ class Changes:
         return bool(self.inserted or self.updated or self.deleted or self.sections)
 
 
-_FACT_FIELDS = ("content", "category", "confidence", "source_thread_id", "source_error")
+_FACT_FIELDS = (
+    "content",
+    "category",
+    "confidence",
+    "source_thread_id",
+    "source_error",
+    "expected_valid_days",
+    "confirmed_at",
+    "confirmation_count",
+    "valid_from",
+)
 
 
 def _moved(base: list[Fact], facts: list[Fact]) -> tuple[list[int], list[int]]:
@@ -210,14 +252,30 @@ def diff_documents(base: MemoryDocument, doc: MemoryDocument, now: datetime) -> 
             continue
         # Facts are frozen and their values valid: the copies need no validation.
         if old is None:
+            if fact.valid_to is not None:
+                raise ValueError(f"fact {fact.id} was closed at {fact.valid_to}: not saved as live")
             changes.inserted.append(copy_model(fact, updated_at=now))
         elif any(getattr(fact, name) != getattr(old, name) for name in _FACT_FIELDS):
+            if fact.content != old.content:  # the old text stays readable as of its time
+                changes.archived.append(
+                    copy_model(
+                        old,
+                        id=new_fact_id(),
+                        valid_from=old.since,
+                        valid_to=now,
+                        superseded_by=fact.id,
+                    )
+                )
+                fact = copy_model(fact, valid_from=now)
             changes.updated.append(copy_model(fact, updated_at=now, created_at=old.created_at))
+            changes.previous[fact.id] = old
             changes.positions[fact.id] = where[fact.id]
             if fact.content != old.content and fact.key != old.key:
                 changes.rekeyed.add(fact.id)
     changes.deleted = list(stored)
     changes.removed = stored
+    if doc.superseded and stored:
+        changes.superseded = {i: doc.superseded[i] for i in stored if i in doc.superseded}
     base_sections = base.sections()
     for name, section in doc.sections().items():
         before = base_sections[name]

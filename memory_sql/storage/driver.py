@@ -453,10 +453,15 @@ def read_facts_by_driver(
             return []
         columns = list(zip(*rows, strict=True))
         created, updated = columns[scoped + 6], columns[scoped + 7]
+        # then expected_valid_days, confirmed_at, confirmation_count, valid_from (and, where
+        # selected, valid_to and superseded_by)
+        aging = list(columns[scoped + 8 :])
         if not utc:
             times = pg_times if postgres else sqlite_times
             created, updated = times(created), times(updated)
-        facts = map(trusted_fact, *columns[scoped : scoped + 6], created, updated)
+            for i in (i for i in (1, 3, 4) if i < len(aging)):
+                aging[i] = times(aging[i])
+        facts = map(trusted_fact, *columns[scoped : scoped + 6], created, updated, *aging)
         return list(zip(zip(*columns[:scoped], strict=True), facts, strict=True))
     except DriverFallback:
         return None

@@ -31,6 +31,7 @@ from ..models import (
 )
 from ..schema import (
     FACT_COLUMNS,
+    LIVE,
     UTCDateTime,
     memory_fact_events,
     memory_facts,
@@ -47,6 +48,7 @@ from .base import (
     apply_changes,
     check_fact_ids,
     diff_documents,
+    sort_facts,
 )
 from .cache import DEFAULT_CACHE_SCOPES, DocumentCache
 from .driver import (
@@ -82,10 +84,12 @@ _SELECT_HEAD = sa.select(
 # give the union's types) and the other rows reuse their columns, so that a fact row carries
 # nothing but its kind: the head's version as text in ``fact_id``, its times in the facts'
 # ``created_at`` and ``updated_at``; a section's name, summary and time in ``fact_id``,
-# ``content`` and ``updated_at``.
+# ``content`` and ``updated_at``. Only live facts: the partial indexes of revision 0012 cover
+# them, so closed rows cost a load nothing.
+_AGING = len(FACT_COLUMNS) - 8  # the validity and confirmation columns after updated_at
 _SELECT_DOCUMENT = sa.union_all(
     sa.select(sa.literal_column("'f'", sa.String).label("kind"), *FACT_COLUMNS).where(
-        _in_scope(memory_facts)
+        _in_scope(memory_facts), LIVE
     ),
     sa.select(
         sa.literal_column("'h'", sa.String),
@@ -93,6 +97,7 @@ _SELECT_DOCUMENT = sa.union_all(
         *[sa.null()] * 5,
         memory_scopes.c.created_at,
         memory_scopes.c.updated_at,
+        *[sa.null()] * _AGING,
     ).where(_in_scope(memory_scopes)),
     sa.select(
         sa.literal_column("'s'", sa.String),
@@ -100,8 +105,21 @@ _SELECT_DOCUMENT = sa.union_all(
         memory_sections.c.summary,
         *[sa.null()] * 5,
         memory_sections.c.updated_at,
+        *[sa.null()] * _AGING,
     ).where(_in_scope(memory_sections)),
 )
+# A past view (as_of): the facts believed then, closed ones with their end and successor.
+_SELECT_FACTS_AS_OF = sa.select(
+    *FACT_COLUMNS, memory_facts.c.valid_to, memory_facts.c.superseded_by
+).where(
+    _in_scope(memory_facts),
+    sa.func.coalesce(memory_facts.c.valid_from, memory_facts.c.created_at)
+    <= sa.bindparam("as_of", type_=UTCDateTime),
+    sa.or_(LIVE, memory_facts.c.valid_to > sa.bindparam("as_of", type_=UTCDateTime)),
+)
+_SELECT_SECTIONS = sa.select(
+    memory_sections.c.section, memory_sections.c.summary, memory_sections.c.updated_at
+).where(_in_scope(memory_sections))
 _BUMP_VERSION = (
     sa.update(memory_scopes)
     .where(_in_scope(memory_scopes), memory_scopes.c.version == sa.bindparam("expected"))
@@ -135,6 +153,12 @@ def _fact_columns(fact: Fact) -> dict[str, Any]:
         "source_error": fact.source_error,
         "created_at": fact.created_at,
         "updated_at": fact.updated_at,
+        "expected_valid_days": fact.expected_valid_days,
+        "confirmed_at": fact.confirmed_at,
+        "confirmation_count": fact.confirmation_count,
+        "valid_from": fact.valid_from,
+        "valid_to": fact.valid_to,
+        "superseded_by": fact.superseded_by,
     }
 
 
@@ -151,6 +175,10 @@ _UPDATED_COLUMNS = (
     "source_thread_id",
     "source_error",
     "updated_at",
+    "expected_valid_days",
+    "confirmed_at",
+    "confirmation_count",
+    "valid_from",
 )
 """What an update of a fact writes (not its id, scope or creation time)."""
 
@@ -216,7 +244,10 @@ def _document(
         ids, created, updated = columns[1], columns[7], columns[8]
         if times is not None:
             created, updated = times(created), times(updated)
-        facts = list(map(trusted_fact, *columns[1:7], created, updated))
+        aging = columns[9:]
+        if times is not None:
+            aging = (aging[0], times(aging[1]), aging[2], times(aging[3]))
+        facts = list(map(trusted_fact, *columns[1:7], created, updated, *aging))
         # Ordered here (as sort_facts orders: created_at, then id), not by ORDER BY, which can
         # lure a planner onto a tenant-wide time index; by keys zipped from the columns.
         keys = list(zip(created, ids, strict=True))
@@ -226,6 +257,17 @@ def _document(
 
 
 _KIND = operator.itemgetter(0)
+
+
+class _IdTaken(Exception):
+    """A new fact's id is held by a row (a closed version, or a repeated id): the save is
+    tried again making way for it."""
+
+
+def _id_taken(exc: BaseException) -> bool:
+    """Whether ``exc`` is the facts' primary key refusing an id."""
+    text = str(getattr(exc, "orig", None) or exc)
+    return "pk_memory_facts" in text or "memory_facts.fact_id" in text
 
 
 def _writable_at_once(changes: Changes) -> bool:
@@ -256,35 +298,47 @@ _HEAD_INSERT = """
 _SCOPED = "tenant_id = %(tenant)s AND user_id = %(user)s AND agent_name = %(agent)s"
 _FACT_RECORD = """fact_id text, content text, content_key text, search_text text,
                 category text, confidence float8, source_thread_id text, source_error text,
-                created_at timestamptz, updated_at timestamptz"""
+                created_at timestamptz, updated_at timestamptz, expected_valid_days int,
+                confirmed_at timestamptz, confirmation_count int, valid_from timestamptz,
+                valid_to timestamptz, superseded_by text"""
+_FACT_INSERT_COLUMNS = """tenant_id, user_id, agent_name, fact_id, content, content_key,
+                              search_text, category, confidence, source_thread_id,
+                              source_error, created_at, updated_at, expected_valid_days,
+                              confirmed_at, confirmation_count, valid_from, valid_to,
+                              superseded_by"""
 _WRITES = {
-    "deleted": f"""
-    DELETE FROM memory_facts
-    WHERE {_SCOPED} AND fact_id = ANY(%(deleted)s::text[]) AND EXISTS (SELECT FROM head)""",
+    # A removed fact is closed, not deleted (revision 0012).
+    "deleted": """
+    UPDATE memory_facts AS f SET valid_to = %(now)s, superseded_by = v.superseded_by
+    FROM unnest(%(deleted)s::text[], %(successors)s::text[]) AS v(fact_id, superseded_by)
+    WHERE f.tenant_id = %(tenant)s AND f.user_id = %(user)s AND f.agent_name = %(agent)s
+      AND f.fact_id = v.fact_id AND f.valid_to IS NULL AND EXISTS (SELECT FROM head)""",
     "updated": f"""
     UPDATE memory_facts AS f
     SET content = v.content, content_key = v.content_key, search_text = v.search_text,
         category = v.category,
         confidence = v.confidence, source_thread_id = v.source_thread_id,
-        source_error = v.source_error, updated_at = v.updated_at
+        source_error = v.source_error, updated_at = v.updated_at,
+        expected_valid_days = v.expected_valid_days, confirmed_at = v.confirmed_at,
+        confirmation_count = v.confirmation_count, valid_from = v.valid_from
     FROM json_to_recordset(%(updated)s::json) AS v({_FACT_RECORD})
     WHERE f.tenant_id = %(tenant)s AND f.user_id = %(user)s AND f.agent_name = %(agent)s
       AND f.fact_id = ANY(%(updated_ids)s::text[]) AND f.fact_id = v.fact_id
       AND EXISTS (SELECT FROM head)""",
     "inserted": f"""
-    INSERT INTO memory_facts (tenant_id, user_id, agent_name, fact_id, content, content_key,
-                              search_text, category, confidence, source_thread_id,
-                              source_error, created_at, updated_at)
+    INSERT INTO memory_facts ({_FACT_INSERT_COLUMNS})
     SELECT %(tenant)s, %(user)s, %(agent)s, v.*
     FROM json_to_recordset(%(inserted)s::json) AS v({_FACT_RECORD})
     WHERE EXISTS (SELECT FROM head)""",
     "events": """
     INSERT INTO memory_fact_events (tenant_id, user_id, agent_name, version, fact_id, event,
-                                    category, confidence, occurred_at)
+                                    category, confidence, occurred_at, content_before,
+                                    content_after, superseded_by)
     SELECT %(tenant)s, %(user)s, %(agent)s, %(version)s, v.fact_id, v.event, v.category,
-           v.confidence, %(now)s
+           v.confidence, %(now)s, v.content_before, v.content_after, v.superseded_by
     FROM json_to_recordset(%(events)s::json)
-         AS v(fact_id text, event text, category text, confidence float8)
+         AS v(fact_id text, event text, category text, confidence float8,
+              content_before text, content_after text, superseded_by text)
     WHERE EXISTS (SELECT FROM head)""",
     "sections": """
     INSERT INTO memory_sections (tenant_id, user_id, agent_name, section, summary, updated_at)
@@ -305,23 +359,28 @@ _WRITES = {
     SET content = %(u_content)s, content_key = %(u_content_key)s,
         search_text = %(u_search_text)s, category = %(u_category)s,
         confidence = %(u_confidence)s, source_thread_id = %(u_source_thread_id)s,
-        source_error = %(u_source_error)s, updated_at = %(u_updated_at)s
+        source_error = %(u_source_error)s, updated_at = %(u_updated_at)s,
+        expected_valid_days = %(u_expected_valid_days)s, confirmed_at = %(u_confirmed_at)s,
+        confirmation_count = %(u_confirmation_count)s, valid_from = %(u_valid_from)s
     WHERE {_SCOPED} AND fact_id = %(u_fact_id)s AND EXISTS (SELECT FROM head)""",
-    "inserted_one": """
-    INSERT INTO memory_facts (tenant_id, user_id, agent_name, fact_id, content, content_key,
-                              search_text, category, confidence, source_thread_id,
-                              source_error, created_at, updated_at)
+    "inserted_one": f"""
+    INSERT INTO memory_facts ({_FACT_INSERT_COLUMNS})
     SELECT %(tenant)s, %(user)s, %(agent)s, %(i_fact_id)s::text, %(i_content)s::text,
            %(i_content_key)s::text, %(i_search_text)s::text, %(i_category)s::text,
            %(i_confidence)s::float8,
            %(i_source_thread_id)s::text, %(i_source_error)s::text,
-           %(i_created_at)s::timestamptz, %(i_updated_at)s::timestamptz
+           %(i_created_at)s::timestamptz, %(i_updated_at)s::timestamptz,
+           %(i_expected_valid_days)s::int, %(i_confirmed_at)s::timestamptz,
+           %(i_confirmation_count)s::int, %(i_valid_from)s::timestamptz,
+           %(i_valid_to)s::timestamptz, %(i_superseded_by)s::text
     WHERE EXISTS (SELECT FROM head)""",
     "events_one": """
     INSERT INTO memory_fact_events (tenant_id, user_id, agent_name, version, fact_id, event,
-                                    category, confidence, occurred_at)
+                                    category, confidence, occurred_at, content_before,
+                                    content_after, superseded_by)
     SELECT %(tenant)s, %(user)s, %(agent)s, %(version)s, %(e_fact_id)s::text,
-           %(e_event)s::text, %(e_category)s::text, %(e_confidence)s::float8, %(now)s
+           %(e_event)s::text, %(e_category)s::text, %(e_confidence)s::float8, %(now)s,
+           %(e_content_before)s::text, %(e_content_after)s::text, %(e_superseded_by)s::text
     WHERE EXISTS (SELECT FROM head)""",
 }
 
@@ -355,6 +414,8 @@ def _fact_records(facts: list[Fact]) -> str | None:
     rows = list(map(_fact_columns, facts))
     for row in rows:
         row["created_at"], row["updated_at"] = _iso(row["created_at"]), _iso(row["updated_at"])
+        row["confirmed_at"], row["valid_from"] = _iso(row["confirmed_at"]), _iso(row["valid_from"])
+        row["valid_to"] = _iso(row["valid_to"])
     return _json(rows)
 
 
@@ -380,8 +441,9 @@ def _one_statement_parameters(
     writes: list[str] = []
     if changes.deleted:
         parameters["deleted"] = changes.deleted
+        parameters["successors"] = [changes.superseded.get(i) for i in changes.deleted]
         writes.append("deleted")
-    updated, inserted = changes.updated, changes.inserted
+    updated, inserted = changes.updated, [*changes.inserted, *changes.archived]
     if len(updated) == 1:
         parameters.update(_one_fact("u", updated[0], created=False))
         writes.append("updated_one")
@@ -397,24 +459,12 @@ def _one_statement_parameters(
     elif inserted:
         parameters["inserted"] = _fact_records(inserted)
         writes.append("inserted")
-    events = [
-        *(("added", f) for f in inserted),
-        *(("updated", f) for f in updated),
-        *(("removed", changes.removed[fact_id]) for fact_id in changes.deleted),
-    ]
+    events = _events(changes)
     if len(events) == 1:
-        event, fact = events[0]
-        parameters.update(
-            e_fact_id=fact.id, e_event=event, e_category=fact.category, e_confidence=fact.confidence
-        )
+        parameters.update({f"e_{name}": value for name, value in events[0].items()})
         writes.append("events_one")
     elif events:
-        parameters["events"] = _json(
-            [
-                {"fact_id": f.id, "event": e, "category": f.category, "confidence": f.confidence}
-                for e, f in events
-            ]
-        )
+        parameters["events"] = _json(events)
         writes.append("events")
     kept = {n: s for n, s in changes.sections.items() if s.summary or s.updated_at is not None}
     if kept:
@@ -432,27 +482,48 @@ def _one_statement_parameters(
     return parameters, tuple(writes)
 
 
+def _events(changes: Changes) -> list[dict[str, Any]]:
+    """The events of a save (without scope, version and time): each fact added, updated or
+    removed, with its text before and after and, removed, what took its place."""
+    previous, successors = changes.previous, changes.superseded
+    return [
+        *(_event(f, "added", None, f.content) for f in changes.inserted),
+        # an unchanged text is written once (the log reads it back as both)
+        *(
+            _event(f, "updated", _changed(previous[f.id].content, f.content), f.content)
+            for f in changes.updated
+        ),
+        *(
+            _event(f, "removed", f.content, None, successors.get(f.id))
+            for f in map(changes.removed.__getitem__, changes.deleted)
+        ),
+    ]
+
+
+def _changed(before: str, after: str) -> str | None:
+    return None if before == after else before
+
+
+def _event(
+    fact: Fact, event: str, before: str | None, after: str | None, successor: str | None = None
+) -> dict[str, Any]:
+    return {
+        "fact_id": fact.id,
+        "event": event,
+        "category": fact.category,
+        "confidence": fact.confidence,
+        "content_before": before,
+        "content_after": after,
+        "superseded_by": successor,
+    }
+
+
 def _event_rows(
     scope: Scope, changes: Changes, version: int, now: datetime
 ) -> list[dict[str, Any]]:
     """The ``memory_fact_events`` rows of a save that makes ``version``."""
     base = {**_scope_values(scope), "version": version, "occurred_at": now}
-    removed = [changes.removed[fact_id] for fact_id in changes.deleted]
-    return [
-        {
-            **base,
-            "fact_id": f.id,
-            "event": event,
-            "category": f.category,
-            "confidence": f.confidence,
-        }
-        for event, facts in (
-            ("added", changes.inserted),
-            ("updated", changes.updated),
-            ("removed", removed),
-        )
-        for f in facts
-    ]
+    return [{**base, **event} for event in _events(changes)]
 
 
 # SQLite's driver save claims the version as the one-statement save does on PostgreSQL: the
@@ -488,7 +559,21 @@ def _by_fact_id(table: sa.Table) -> sa.ColumnElement[bool]:
 
 # The statements of a save's writes, built once with bound parameters, each run on a list of
 # rows (executemany): by SQLAlchemy in the transactional path, by the driver in SQLite's.
-_DELETE_FACT = sa.delete(memory_facts).where(_by_fact_id(memory_facts))
+_CLOSE_FACT = (
+    sa.update(memory_facts)
+    .where(_by_fact_id(memory_facts), LIVE)
+    .values(
+        valid_to=sa.bindparam("w_valid_to", type_=UTCDateTime),
+        superseded_by=sa.bindparam("w_superseded_by", type_=sa.String),
+    )
+)
+_DROP_CLOSED_ID = sa.delete(memory_facts).where(
+    _by_fact_id(memory_facts), memory_facts.c.valid_to.is_not(None)
+)
+_PURGE_CLOSED = sa.delete(memory_facts).where(
+    memory_facts.c.valid_to.is_not(None),
+    memory_facts.c.valid_to < sa.bindparam("before", type_=UTCDateTime),
+)
 _REKEY_FACT = (
     sa.update(memory_facts)
     .where(_by_fact_id(memory_facts))
@@ -527,7 +612,7 @@ _INSERT_SECTION = sa.insert(memory_sections)
 
 
 def _write_plan(
-    scope: Scope, changes: Changes, version: int, now: datetime
+    scope: Scope, changes: Changes, version: int, now: datetime, make_way: bool = False
 ) -> list[tuple[sa.Executable, list[dict[str, Any]]]]:
     """The statements that write ``changes`` (making ``version`` at ``now``), in the order they
     must run, each with its rows. Deletes and updates go before inserts, so a fact may take
@@ -537,7 +622,16 @@ def _write_plan(
     where = _scope_params(scope)
     plan: list[tuple[sa.Executable, list[dict[str, Any]]]] = []
     if changes.deleted:
-        plan.append((_DELETE_FACT, [{**where, "w_fact_id": i} for i in changes.deleted]))
+        closed = [
+            {
+                **where,
+                "w_fact_id": i,
+                "w_valid_to": now,
+                "w_superseded_by": changes.superseded.get(i),
+            }
+            for i in changes.deleted
+        ]
+        plan.append((_CLOSE_FACT, closed))
     rekeyed = [fact for fact in changes.updated if fact.id in changes.rekeyed]
     if len(rekeyed) > 1:
         keys = [
@@ -552,8 +646,14 @@ def _write_plan(
                 {**where, **{f"w_{name}": row[name] for name in ("fact_id", *_UPDATED_COLUMNS)}}
             )
         plan.append((_UPDATE_FACT, rows))
-    if changes.inserted:
-        plan.append((_INSERT_FACT, [_fact_row(scope, fact) for fact in changes.inserted]))
+    if make_way:
+        # a closed version holding the id of a new fact (an id used again, after a clear, by
+        # an import) gives way: its text stays in the events
+        reused = [{**where, "w_fact_id": fact.id} for fact in changes.inserted]
+        plan.append((_DROP_CLOSED_ID, reused))
+    if changes.inserted or changes.archived:
+        rows = [_fact_row(scope, fact) for fact in (*changes.inserted, *changes.archived)]
+        plan.append((_INSERT_FACT, rows))
     events = _event_rows(scope, changes, version, now)
     if events:
         plan.append((_INSERT_EVENT, events))
@@ -677,6 +777,32 @@ class SQLStorage(MemoryStorage):
         self._cache.put(scope, stamp, doc)
         return doc.clone()
 
+    @reconnecting
+    def _load_as_of(self, scope: Scope, as_of: datetime) -> MemoryDocument:
+        params = {**_scope_params(scope), "as_of": as_of}
+        with self._errors(scope), self._reader() as conn:
+            head = conn.execute(_SELECT_HEAD, params).first()
+            if head is None:
+                return MemoryDocument()
+            facts = [trusted_fact(*row) for row in conn.execute(_SELECT_FACTS_AS_OF, params)]
+            sections = conn.execute(_SELECT_SECTIONS, params).all()
+        doc = MemoryDocument(facts=sort_facts(facts), last_updated=head.updated_at)
+        for name, summary, updated_at in sections:
+            group = doc.user if hasattr(doc.user, name) else doc.history
+            setattr(group, name, Section(summary=summary, updated_at=updated_at))
+        return doc
+
+    def purge_closed(self, older_than: datetime, *, tenant_id: str | None = None) -> int:
+        statement = _PURGE_CLOSED
+        if tenant_id is not None:
+            statement = statement.where(memory_facts.c.tenant_id == tenant_id)
+        with database_errors(self.engine, "purge closed facts"):
+            if tenant_id is None:
+                with self.engine.begin() as conn:
+                    return conn.execute(statement, {"before": older_than}).rowcount
+            with acting_for(tenant_id), self.engine.begin() as conn:
+                return conn.execute(statement, {"before": older_than}).rowcount
+
     def _load_by_driver(
         self, scope: Scope, entry: tuple[Any, MemoryDocument] | None
     ) -> MemoryDocument:
@@ -756,16 +882,28 @@ class SQLStorage(MemoryStorage):
             saved = self._save_from_cache(scope, doc, expected_version, now)
             if saved is not None:
                 return saved
-        with self._write_transaction(scope, doc) as conn:
-            created_at, base = self._claim(conn, scope, expected_version, now)
-            changes = diff_documents(base, doc, now)
-            if not changes:
-                conn.rollback()
-                return expected_version
-            new_version = expected_version + 1
-            self._write(conn, scope, changes, new_version, now)
-            if in_transaction is not None:
-                in_transaction(conn)
+        make_way = False
+        while True:
+            try:
+                with self._write_transaction(scope, doc) as conn:
+                    created_at, base = self._claim(conn, scope, expected_version, now)
+                    changes = diff_documents(base, doc, now)
+                    if not changes:
+                        conn.rollback()
+                        return expected_version
+                    new_version = expected_version + 1
+                    try:
+                        self._write(conn, scope, changes, new_version, now, make_way)
+                    except sa_exc.IntegrityError as exc:
+                        if make_way or not changes.inserted or not _id_taken(exc):
+                            raise
+                        raise _IdTaken from exc  # rolled back; again, making way
+                    if in_transaction is not None:
+                        in_transaction(conn)
+            except _IdTaken:
+                make_way = True
+                continue
+            break
         stored = apply_changes(base, changes, new_version, now)
         self._cache.put(scope, (new_version, created_at), stored)
         return new_version
@@ -797,7 +935,11 @@ class SQLStorage(MemoryStorage):
                 written = self._write_by_driver_on_sqlite(
                     scope, changes, expected_version, created_at, now
                 )
-        except Exception:  # as memory_sql's errors (no context manager on the way in)
+        except Exception as exc:  # as memory_sql's errors (no context manager on the way in)
+            if changes.inserted and _id_taken(exc):
+                # An id a closed version holds, given to a new fact: the transactional path
+                # (the one statement wrote nothing) makes way for it.
+                return None
             with self._errors(scope, doc):
                 raise
         if not written:
@@ -917,9 +1059,15 @@ class SQLStorage(MemoryStorage):
         raise VersionConflictError(str(scope), expected_version, actual)
 
     def _write(
-        self, conn: Connection, scope: Scope, changes: Changes, version: int, now: datetime
+        self,
+        conn: Connection,
+        scope: Scope,
+        changes: Changes,
+        version: int,
+        now: datetime,
+        make_way: bool = False,
     ) -> None:
-        for statement, rows in _write_plan(scope, changes, version, now):
+        for statement, rows in _write_plan(scope, changes, version, now, make_way):
             conn.execute(statement, rows)
 
     # cache and errors ------------------------------------------------------------------------

@@ -36,6 +36,13 @@ its ``rejected`` counting why); a reply that proposes nothing (``{"user": {}, "h
   (``"Programming Language"`` is ``programming_language``); ``sourceError`` is an optional
   string (a placeholder there is dropped, not the fact).
 - ``factsToRemove`` (optional) is a list of fact ids, as strings or as ``{"id": …}`` objects.
+- Aging (:mod:`memory_sql.update.review`, all optional): on a new fact ``expectedValidDays`` (a
+  whole number of days; an unusable one is read as not given) and ``replaces`` (ids of the
+  facts it corrects); ``factsToReinforce`` (ids), ``staleFactsToRemove`` (``{id, reason}``),
+  ``staleFactsToExtend`` (``{id, extendByDays, reason}``, the days clamped into [1,
+  :data:`~memory_sql.update.review.MAX_EXTENSION_DAYS`]) and ``factsToConsolidate``
+  (``{sourceIds, consolidated: {content, category, confidence}}``). Each id and each item is
+  read on its own like a removal: a bad one is dropped and counted, the rest kept.
 - NUL characters are removed from every text. Storable text has a letter or digit, is not
   longer than its field's limit, and is no placeholder (:func:`placeholder`): not the
   prompt's example text, not a template word (``"..."``, ``"string"``, ``"fact_id"``), not
@@ -79,9 +86,11 @@ from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
 from ..errors import InvalidUpdateError
-from ..models import HISTORY_SECTIONS, USER_SECTIONS, check_text, clean_category
+from ..models import HISTORY_SECTIONS, MAX_VALID_DAYS, USER_SECTIONS, check_text, clean_category
+from . import review
 from .prompt import EXAMPLE_TEXTS
 from .rejections import Rejection, count, describe
+from .review import FACT_CATEGORIES, MAX_FACT_CHARS
 
 MAX_REPLY_CHARS = 2_000_000
 MAX_JSON_CHARS = 300_000
@@ -90,13 +99,16 @@ MAX_NEW_FACTS = 50
 """Facts one reply may propose (the schema's ``maxItems``); later ones are dropped."""
 MAX_REMOVALS = 50
 """Removals one reply may name (the schema's ``maxItems``); later ones are dropped."""
-MAX_FACT_CHARS = 400
+MAX_REPLACES = 10
+"""Ids one new fact may replace (the schema's ``maxItems``); later ones are dropped."""
+MAX_AGING_ITEMS = 50
+"""Items of each aging list one reply may give (the schema's ``maxItems``); later ones are
+dropped."""
+MAX_ID_CHARS = 64
 MAX_SUMMARY_CHARS = 800
 MAX_SOURCE_ERROR_CHARS = 300
 CONFIDENCE_TOLERANCE = 0.25
 """How far outside [0, 1] a confidence may be and still be read (clamped into the range)."""
-FACT_CATEGORIES = ("preference", "knowledge", "context", "behavior", "goal", "correction")
-"""The categories the prompt names (the schema's enum); the parser takes any short label."""
 
 # A letter or digit: what storable text must hold. Not in the JSON Schema: llama.cpp's converter
 # copies a ``pattern`` into its grammar without JSON escaping, so a server may reject or mangle
@@ -246,6 +258,12 @@ def _section_field(name: str) -> Any:
     return Field(default=None, validation_alias=AliasChoices(_camel(name), name))
 
 
+def _list_field(name: str, limit: int) -> Any:
+    return Field(
+        default_factory=list, validation_alias=AliasChoices(_camel(name), name), max_length=limit
+    )
+
+
 class UserUpdate(_Strict):
     """Proposed user-context sections (absent: not proposed)."""
 
@@ -263,6 +281,13 @@ class HistoryUpdate(_Strict):
 
 
 _Category = Annotated[str, WithJsonSchema({"type": "string", "enum": list(FACT_CATEGORIES)})]
+_Id = Annotated[StrictStr, Field(min_length=1, max_length=MAX_ID_CHARS)]
+_ValidDays = Annotated[
+    int | None,
+    WithJsonSchema(
+        {"anyOf": [{"type": "integer", "minimum": 1, "maximum": MAX_VALID_DAYS}, {"type": "null"}]}
+    ),
+]
 
 
 class NewFact(_Strict):
@@ -279,8 +304,13 @@ class NewFact(_Strict):
     scope: _label(SCOPES) = None  # type: ignore[valid-type]
     durability: _label(DURABILITIES) = None  # type: ignore[valid-type]
     authority: _label(AUTHORITIES) = None  # type: ignore[valid-type]
+    expected_valid_days: _ValidDays = Field(
+        default=None, validation_alias=AliasChoices("expectedValidDays", "expected_valid_days")
+    )
+    replaces: list[_Id] = Field(default_factory=list, max_length=MAX_REPLACES)
 
     _labels = field_validator(*_LABELS, mode="before")(_read_label)
+    _valid_days = field_validator("expected_valid_days", mode="before")(review.read_valid_days)
 
     @field_validator("content", mode="before")
     @classmethod
@@ -366,27 +396,29 @@ class MemoryUpdate(_Strict):
     new_facts: list[NewFact] = Field(
         validation_alias=AliasChoices("newFacts", "new_facts"), max_length=MAX_NEW_FACTS
     )
-    facts_to_remove: list[Annotated[StrictStr, Field(min_length=1, max_length=64)]] = Field(
-        default_factory=list,
-        validation_alias=AliasChoices("factsToRemove", "facts_to_remove"),
-        max_length=MAX_REMOVALS,
+    facts_to_remove: list[_Id] = _list_field("facts_to_remove", MAX_REMOVALS)
+    facts_to_reinforce: list[_Id] = _list_field("facts_to_reinforce", MAX_AGING_ITEMS)
+    stale_facts_to_remove: list[review.StaleRemoval] = _list_field(
+        "stale_facts_to_remove", MAX_AGING_ITEMS
+    )
+    stale_facts_to_extend: list[review.StaleExtension] = _list_field(
+        "stale_facts_to_extend", MAX_AGING_ITEMS
+    )
+    facts_to_consolidate: list[review.Consolidation] = _list_field(
+        "facts_to_consolidate", MAX_AGING_ITEMS
     )
     dropped: SkipJsonSchema[tuple[Rejection, ...]] = Field(default=(), exclude=True)
 
-    @field_validator("facts_to_remove", mode="before")
+    _ids = field_validator("facts_to_remove", "facts_to_reinforce", mode="before")(review.read_ids)
+
+    @field_validator(
+        "stale_facts_to_remove", "stale_facts_to_extend", "facts_to_consolidate", mode="before"
+    )
     @classmethod
-    def _ids(cls, value: Any) -> Any:
-        if value is None:
-            return []
-        if not isinstance(value, list):
-            return value
-        ids = []
-        for item in value:
-            item = _removal_id(item)
-            if not isinstance(item, str):
-                raise ValueError(f"a fact id must be a string, not {type(item).__name__}")
-            ids.append(item.strip())
-        return ids
+    def _none_is_no_list(cls, value: Any) -> Any:
+        if isinstance(value, list):  # a bare id stands for {"id": …}
+            return [{"id": item} if isinstance(item, str) else item for item in value]
+        return [] if value is None else value
 
     @property
     def rejected(self) -> dict[str, int]:
@@ -438,7 +470,25 @@ def read_update(data: dict[str, Any]) -> MemoryUpdate:
     user = reading.group(UserUpdate, USER_SECTIONS, _pick(data, "user"), "user")
     history = reading.group(HistoryUpdate, HISTORY_SECTIONS, _pick(data, "history"), "history")
     facts = reading.facts(_pick(data, "newFacts", "new_facts"))
-    removals = reading.removals(_pick(data, "factsToRemove", "facts_to_remove"))
+    removals = reading.ids("removal", _pick(data, "factsToRemove", "facts_to_remove"), MAX_REMOVALS)
+    reinforced = reading.ids(
+        "reinforcement", _pick(data, "factsToReinforce", "facts_to_reinforce"), MAX_AGING_ITEMS
+    )
+    stale_removals = reading.items(
+        "stale_removal",
+        review.StaleRemoval,
+        _pick(data, "staleFactsToRemove", "stale_facts_to_remove"),
+    )
+    stale_extensions = reading.items(
+        "stale_extension",
+        review.StaleExtension,
+        _pick(data, "staleFactsToExtend", "stale_facts_to_extend"),
+    )
+    consolidations = reading.items(
+        "consolidation",
+        review.Consolidation,
+        _pick(data, "factsToConsolidate", "facts_to_consolidate"),
+    )
     if reading.dropped and not reading.kept:
         counts = count(reading.dropped)
         first = reading.problems[0] if reading.problems else ""
@@ -451,6 +501,10 @@ def read_update(data: dict[str, Any]) -> MemoryUpdate:
         history=history,
         new_facts=facts,
         facts_to_remove=removals,
+        facts_to_reinforce=reinforced,
+        stale_facts_to_remove=stale_removals,
+        stale_facts_to_extend=stale_extensions,
+        facts_to_consolidate=consolidations,
         dropped=tuple(reading.dropped),
     )
 
@@ -515,8 +569,12 @@ class _Reading:
                     "fact", "too_many", _text_of(raw, "content"), f"over {MAX_NEW_FACTS} facts"
                 )
                 continue
+            replaces = _MISSING
+            if isinstance(raw, dict) and "replaces" in raw:  # read once the fact holds
+                raw = dict(raw)
+                replaces = raw.pop("replaces")
             try:
-                facts.append(NewFact.model_validate(raw))
+                fact = NewFact.model_validate(raw)
             except ValidationError as exc:
                 self.drop(
                     "fact",
@@ -526,33 +584,80 @@ class _Reading:
                 )
             else:
                 self.kept += 1
+                ids = self.ids("replacement", replaces, MAX_REPLACES, part=False)
+                facts.append(fact.model_copy(update={"replaces": ids}) if ids else fact)
         return facts
 
-    def removals(self, value: Any) -> list[str]:
+    def ids(self, kind: str, value: Any, limit: int, *, part: bool = True) -> list[str]:
+        """The usable fact ids of the list ``value`` (strings or ``{"id": …}``), at most
+        ``limit``; each other one dropped as a ``kind``. ``part``: each id kept is a part of
+        the reply (not so a new fact's ``replaces``, which belong to the fact)."""
         if value is _MISSING or value is None:
             return []
         if not isinstance(value, list):
-            self.drop("removal", "malformed", value, "factsToRemove is not a list")
+            self.drop(kind, "malformed", value, f"the {kind} ids are not a list")
             return []
         ids: list[str] = []
         for raw in value:
             item = _no_nul(_removal_id(raw))
             if not isinstance(item, str):
-                self.drop("removal", "malformed", raw, "a fact id is not a string")
+                self.drop(kind, "malformed", raw, "a fact id is not a string")
                 continue
             item = item.strip()
             if not item:
                 reason, problem = "empty", "a fact id is empty"
-            elif len(ids) >= MAX_REMOVALS:
-                reason, problem = "too_many", f"over {MAX_REMOVALS} removals"
+            elif len(ids) >= limit:
+                reason, problem = "too_many", f"over {limit} {kind} ids"
+            elif len(item) > MAX_ID_CHARS:
+                reason, problem = "too_long", f"fact id {item[:40]!r}… is too long"
             elif placeholder(item):
                 reason, problem = "placeholder", f"fact id {item[:40]!r} is a placeholder"
-            else:  # an id the memory does not hold is refused when applied (unknown_id)
+            else:  # an id the memory does not hold is refused when applied
                 ids.append(item)
-                self.kept += 1
+                self.kept += part
                 continue
-            self.drop("removal", reason, item, problem)
+            self.drop(kind, reason, item, problem)
         return ids
+
+    def items(self, kind: str, model: type[BaseModel], value: Any) -> list[Any]:
+        """The aging items of the list ``value`` that hold, at most :data:`MAX_AGING_ITEMS`;
+        each other one dropped as a ``kind``."""
+        if value is _MISSING or value is None:
+            return []
+        if not isinstance(value, list):
+            self.drop(kind, "malformed", value, f"the {kind} items are not a list")
+            return []
+        kept: list[Any] = []
+        for position, raw in enumerate(value):
+            raw = {"id": raw} if isinstance(raw, str) else _no_nuls(raw)
+            if len(kept) >= MAX_AGING_ITEMS:
+                self.drop(kind, "too_many", raw, f"over {MAX_AGING_ITEMS} {kind} items")
+                continue
+            try:
+                item = model.model_validate(raw)
+            except ValidationError as exc:
+                self.drop(kind, _reason(exc), raw, _describe(exc, f"{kind}.{position}"))
+                continue
+            texts = [item.id] if hasattr(item, "id") else [*item.source_ids]
+            if isinstance(item, review.Consolidation):
+                texts.append(item.consolidated.content)
+            bad = next((text for text in texts if placeholder(text)), None)
+            if bad is not None:
+                reason = "placeholder" if bad.strip() else "empty"
+                self.drop(kind, reason, bad, f"{kind}.{position}: {bad[:40]!r} is a placeholder")
+                continue
+            kept.append(item)
+            self.kept += 1
+        return kept
+
+
+def _no_nuls(value: Any) -> Any:
+    """``value`` (JSON) without NUL characters in any text."""
+    if isinstance(value, dict):
+        return {key: _no_nuls(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_no_nuls(item) for item in value]
+    return _no_nul(value)
 
 
 _ERROR_REASONS = {
@@ -592,7 +697,18 @@ def _text_of(raw: Any, key: str) -> Any:
 _REQUIRED = ("user", "history", "newFacts")
 _KEY_ALIASES = {"user": ("user",), "history": ("history",), "newFacts": ("newFacts", "new_facts")}
 _KNOWN_KEYS = frozenset(
-    {"user", "history", "newFacts", "new_facts", "factsToRemove", "facts_to_remove"}
+    {
+        "user",
+        "history",
+        "newFacts",
+        "new_facts",
+        "factsToRemove",
+        "facts_to_remove",
+        "factsToReinforce",
+        "staleFactsToRemove",
+        "staleFactsToExtend",
+        "factsToConsolidate",
+    }
 )
 _THINK_START = re.compile(r"<think(?:ing)?>", re.IGNORECASE)
 _THINK_END = re.compile(r"</think(?:ing)?>", re.IGNORECASE)

@@ -132,8 +132,12 @@ Answer with one JSON object and nothing else (no code fence, no comments), exact
   "factsToRemove": ["{fact_id}"]
 }
 A correction fact may add "sourceError": "{source_error}". Use [] when there is nothing \
-to add or remove. If the conversation teaches nothing durable, answer with every shouldUpdate \
-false and both lists empty."""
+to add or remove. A new fact may also give "expectedValidDays" (how many days it will likely \
+stay true: 30 for a passing situation, 365 or more for a lasting trait) and "replaces" (the ids \
+of the facts it corrects or updates, which are then closed as superseded by it). \
+"factsToReinforce" lists the ids of facts the conversation confirms. \
+If the conversation teaches nothing durable, answer with every shouldUpdate false and both \
+lists empty."""
 SYSTEM_PROMPT = (
     _SYSTEM_TEMPLATE.replace("{summary}", EXAMPLE_SUMMARY)
     .replace("{fact}", EXAMPLE_FACT)
@@ -170,6 +174,7 @@ def build_update_prompt(
     correction: bool,
     reinforcement: bool,
     context: Sequence[Message] = (),
+    review: str = "",
 ) -> list[dict[str, str]]:
     """The system and user messages asking the memory LLM to update ``memory`` from
     ``conversation`` (already filtered: see :func:`~memory_sql.filter_messages_for_memory`).
@@ -178,6 +183,8 @@ def build_update_prompt(
     normal mode); each adds its instruction to the user message. ``context``, when given, is
     the already-learned exchange just before ``conversation`` (see
     :mod:`memory_sql.update.watermark`), shown in an ``<earlier_context>`` block marked as such.
+    ``review`` is the staleness review's block (:func:`memory_sql.update.review.offer`), placed
+    after the mode.
     """
     flags = (("correction", correction), ("reinforcement", reinforcement))
     modes = [name for name, on in flags if on] or ["normal"]
@@ -192,6 +199,7 @@ def build_update_prompt(
         f"<current_memory>\n{format_memory(memory)}\n</current_memory>\n\n"
         f"{earlier}<conversation>\n{format_conversation(conversation)}\n</conversation>\n\n"
         f"<mode>{' + '.join(modes)}</mode>\n{mode_text}\n\n"
+        f"{review + chr(10) * 2 if review else ''}"
         "Answer with the JSON object only."
     )
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]

@@ -11,11 +11,13 @@ Parsing:
 
 - ``malformed``: not the shape asked for (a fact that is not an object, ``shouldUpdate`` not a
   boolean, a summary that is not text, a NUL byte);
-- ``empty``: a fact, removal or summary with no text;
+- ``empty``: a fact, removal, summary or aging item (a stale removal or extension, a
+  confirmation, a replaced id, a consolidation) with no text;
 - ``placeholder``: the prompt's example echoed (``"<one sentence about the user>"``), a template
   word (``"..."``, ``"fact_id"``, ``"string"``), or text without a letter or digit;
 - ``too_long``: text over the limit the JSON Schema states;
-- ``too_many``: facts or removals past the schema's ``maxItems`` (the first ones are kept);
+- ``too_many``: facts, removals or aging items past the schema's ``maxItems`` (the first ones
+  are kept);
 - ``confidence_out_of_range``: outside [0, 1] by more than
   :data:`~memory_sql.update.parser.CONFIDENCE_TOLERANCE` (within it, the value is clamped);
 - ``confidence_invalid``: a confidence missing, or not a number (``"high"``, ``true``, NaN);
@@ -59,12 +61,21 @@ APPLY_REASONS = (
 REASONS = PARSE_REASONS + APPLY_REASONS
 """Every reason a part of a reply is refused (a closed set: metric labels come from it)."""
 
-KINDS = ("fact", "section", "removal")
+KINDS = (
+    "fact",
+    "section",
+    "removal",
+    "replacement",
+    "reinforcement",
+    "stale_removal",
+    "stale_extension",
+    "consolidation",
+)
 
 
 @dataclass(frozen=True)
 class Rejection:
-    """One refused part of a reply: its ``kind`` (``fact``, ``section``, ``removal``), the
+    """One refused part of a reply: its ``kind`` (one of :data:`KINDS`), the
     ``reason`` (one of :data:`REASONS`) and its text, shortened, for the log."""
 
     kind: str

@@ -23,6 +23,13 @@ returns the reply (``UpdateResult.reply``) so that a later run can apply it with
 5. upload mentions are scrubbed from every summary and fact
    (:func:`~memory_sql.strip_upload_mentions`).
 
+Between 2 and 3, the aging parts of the reply (:mod:`memory_sql.update.review`): the stale
+candidates the prompt offered are removed or extended, facts are confirmed (named in
+``factsToReinforce``, or proposed again as a new fact); a new fact's ``expectedValidDays`` is
+bounded, and the facts it ``replaces`` are removed with it as their successor; after 3,
+near-duplicates are merged (``factsToConsolidate``). Every fact taken out of the memory
+(removed, superseded, merged, evicted, scrubbed) is closed by the save, not erased.
+
 Before all of this, the scope gate (:func:`gate_reason`) keeps out every proposed fact and
 section rewrite the LLM did not label ``scope: user``, ``durability: durable`` and ``authority:
 descriptive``: a rule for one task ("for this report use British spelling") is thread-scoped,
@@ -58,7 +65,7 @@ import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from typing import Any
 
@@ -81,6 +88,7 @@ from ..schema import memory_llm_calls, memory_llm_rejections
 from ..scope import Scope, check_thread_id
 from ..storage.base import MemoryStorage
 from ..tokens import make_token_counter
+from . import review
 from .eviction import Heat, evict, needs_heat
 from .llm import LLMClient
 from .parser import (
@@ -126,6 +134,12 @@ class UpdateResult:
     kept out by the scope gate, or removals of unknown ids (:mod:`~memory_sql.update.rejections`);
     on a failed update too. ``llm_calls`` is how many calls the run made (a repair adds one).
     ``llm_seconds`` is how long the LLM call took (0 when it was not called).
+
+    Aging (:mod:`memory_sql.update.review`): ``facts_confirmed`` (confirmed again),
+    ``stale_offered`` (how many stale facts the prompt offered), ``stale_removed`` and
+    ``stale_extended`` (of those), ``stale_refused`` (ids the reply named that were not
+    offered, or past the removal cap), ``facts_merged`` (the merged facts) and
+    ``facts_consolidated`` (their sources, now closed).
     """
 
     ok: bool
@@ -143,13 +157,27 @@ class UpdateResult:
     reply: MemoryUpdate | None = None
     rejected: dict[str, int] = field(default_factory=dict)
     llm_seconds: float = 0.0
+    facts_confirmed: tuple[str, ...] = ()
+    stale_offered: int = 0
+    stale_removed: tuple[str, ...] = ()
+    stale_extended: tuple[str, ...] = ()
+    stale_refused: tuple[str, ...] = ()
+    facts_merged: tuple[str, ...] = ()
+    facts_consolidated: tuple[str, ...] = ()
     llm_calls: int = 0
 
     @property
     def changed(self) -> bool:
         """Whether the stored memory changed."""
         return bool(
-            self.facts_added or self.facts_removed or self.facts_evicted or self.sections_updated
+            self.facts_added
+            or self.facts_removed
+            or self.facts_evicted
+            or self.sections_updated
+            or self.facts_confirmed
+            or self.stale_removed
+            or self.stale_extended
+            or self.facts_merged
         )
 
 
@@ -171,10 +199,20 @@ class AppliedChanges:
     ignored_removals: tuple[str, ...] = ()
     skipped_facts: tuple[tuple[str, str], ...] = ()
     gated: tuple[tuple[str, str, str], ...] = ()
+    aging: review.ReviewOutcome = field(default_factory=review.ReviewOutcome)
+    refused_merges: tuple[str, ...] = ()
 
     def __bool__(self) -> bool:
+        aging = self.aging
         return bool(
-            self.facts_added or self.facts_removed or self.facts_evicted or self.sections_updated
+            self.facts_added
+            or self.facts_removed
+            or self.facts_evicted
+            or self.sections_updated
+            or aging.confirmed
+            or aging.stale_removed
+            or aging.stale_extended
+            or aging.merged
         )
 
 
@@ -186,10 +224,14 @@ def apply_update(
     config: MemoryConfig,
     now: datetime,
     heat: Heat | None = None,
+    offer: review.Offer | None = None,
 ) -> tuple[MemoryDocument, AppliedChanges]:
     """``memory`` with ``update`` applied by the rules of the module docstring, and what
     changed. ``memory`` itself is not modified; the result keeps its ``version``. ``heat``
-    is the facts' access heat, for the hybrid eviction policy."""
+    is the facts' access heat, for the hybrid eviction policy; ``offer`` what the prompt
+    offered for review (None: what :func:`review.offer` finds in ``memory`` now)."""
+    if offer is None:
+        offer = review.offer(memory, config, now)
     doc = memory.clone()
     allow = config.scope_gate_allow_unlabeled
     gated: list[tuple[str, str, str]] = []
@@ -210,9 +252,24 @@ def apply_update(
         gone = set(removed)
         doc.facts = [fact for fact in doc.facts if fact.id not in gone]
 
+    aging = review.ReviewOutcome()
+    review.apply_review(
+        doc,
+        update.stale_facts_to_remove,
+        update.stale_facts_to_extend,
+        offer.stale,
+        config,
+        now,
+        aging,
+    )
+    review.confirm(doc, update.facts_to_reinforce, now, aging)
+    longest = review.max_valid_days(config)
+
     skipped: list[tuple[str, str]] = []
-    keys = {_key(fact.content) for fact in doc.facts} if update.new_facts else set()
+    by_key = {_key(fact.content): fact.id for fact in doc.facts} if update.new_facts else {}
+    keys = set(by_key)
     new: list[Fact] = []
+    replaced: dict[str, str] = {}
     for proposed in update.new_facts:
         reason = gate_reason(
             proposed,
@@ -228,22 +285,35 @@ def apply_update(
             skipped.append((proposed.content, "low confidence"))
         elif key in keys:
             skipped.append((proposed.content, "duplicate"))
+            if key in by_key:  # said again: the user confirms what memory holds
+                review.confirm(doc, [by_key[key]], now, aging)
         elif mentions_upload(proposed.content):
             skipped.append((proposed.content, "upload"))
         else:
             keys.add(key)
-            new.append(
-                Fact(
-                    content=proposed.content,
-                    category=proposed.category,
-                    confidence=proposed.confidence,
-                    source_thread_id=thread_id,
-                    source_error=proposed.source_error,
-                    created_at=now,
-                    updated_at=now,
-                )
+            days = proposed.expected_valid_days
+            fact = Fact(
+                content=proposed.content,
+                category=proposed.category,
+                confidence=proposed.confidence,
+                source_thread_id=thread_id,
+                source_error=proposed.source_error,
+                created_at=now,
+                updated_at=now,
+                expected_valid_days=None if days is None else min(days, longest),
             )
+            new.append(fact)
+            for old_id in proposed.replaces:
+                replaced.setdefault(old_id, fact.id)
     doc.facts.extend(new)
+    replaced = {old: new_id for old, new_id in replaced.items() if old in held}
+    if replaced:
+        doc.facts = [fact for fact in doc.facts if fact.id not in replaced]
+        doc.superseded.update(replaced)
+        removed.extend(i for i in replaced if i not in wanted)
+    refused_merges = review.consolidate(
+        doc, update.facts_to_consolidate, offer.merge_categories, config, now, aging
+    )
 
     evicted = evict(doc, config, now=now, heat=heat)
     new_ids = {fact.id for fact in new}
@@ -264,6 +334,8 @@ def apply_update(
         ignored_removals=ignored,
         skipped_facts=tuple(skipped),
         gated=tuple(gated),
+        aging=aging,
+        refused_merges=tuple(refused_merges),
     )
     if changes:
         doc.last_updated = now
@@ -360,6 +432,7 @@ class MemoryUpdater:
         self.storage = storage
         self._owns_llm = llm is None
         self.llm = llm if llm is not None else LLMClient.from_config(config)
+        self._counter: Any = None
 
     def close(self) -> None:
         """Close the LLM client if this updater made it (the storage is the caller's)."""
@@ -431,13 +504,55 @@ class MemoryUpdater:
         marked as such, never learned from. ``attempt`` is the queue's run of this update (2
         or more: a retry, asked at a higher temperature; see the module docstring).
         """
+        review_only = False
         if not any(message.role == "user" for message in conversation):
-            logger.debug("memory %s, thread %s: nothing to learn from", scope, thread_id)
-            return UpdateResult(ok=True)
+            if reply is not None or not self._review_due(scope):
+                logger.debug("memory %s, thread %s: nothing to learn from", scope, thread_id)
+                return UpdateResult(ok=True)
+            review_only = True  # stale facts wait, and the review interval has passed
+            conversation, context = (), ()
         run = _Run(self, scope, thread_id, in_transaction, attempt)
+        run.review_only = review_only
         return run.execute(
             conversation, correction_detected, reinforcement_detected, reply, context
         )
+
+    def counter(self) -> Any:
+        """The token counter of the review's prompt budget (made once)."""
+        if self._counter is None:
+            self._counter = make_token_counter(
+                self.config.token_counting, self.config.tiktoken_encoding_file
+            )
+        return self._counter
+
+    def _review_due(self, scope: Scope) -> bool:
+        """Whether an update with nothing new to learn still asks the LLM: stale candidates
+        wait and the memory's last review (an LLM call that offered some) is at least
+        ``staleness_review_interval_hours`` old. Needs the usage table (SQL storage)."""
+        hours = self.config.staleness_review_interval_hours
+        if hours <= 0 or not self.config.staleness_review_enabled or not _keeps_usage(self.storage):
+            return False
+        try:
+            memory = self.storage.load(**scope.arguments())
+            now = utcnow()
+            if not review.offer(memory, self.config, now).stale:
+                return False
+            engine = self.storage.engine  # type: ignore[attr-defined]
+            calls = memory_llm_calls.c
+            last = sa.select(sa.func.max(calls.called_at)).where(
+                calls.tenant_id == scope.tenant_id,
+                calls.user_id == scope.user_id,
+                calls.agent_name == scope.agent_key,
+                calls.stale_offered > 0,
+            )
+            with engine.connect() as conn:
+                reviewed = conn.execute(last).scalar()
+        except (StorageError, sa.exc.SQLAlchemyError) as exc:
+            logger.warning("memory %s: cannot tell whether a review is due: %s", scope, exc)
+            return False
+        if reviewed is not None and reviewed.tzinfo is None:
+            reviewed = reviewed.replace(tzinfo=timezone.utc)
+        return reviewed is None or now - reviewed >= timedelta(hours=hours)
 
 
 class _Run:
@@ -472,6 +587,10 @@ class _Run:
         self.usage: _Usage | None = None
         self.usage_written = False
         self.usage_in_save = False
+        self.counter = updater.counter
+        self.review_only = False
+        self.offer: review.Offer | None = None
+        self.aging = review.ReviewOutcome()
 
     def execute(
         self,
@@ -487,12 +606,16 @@ class _Run:
             return self.failed(f"cannot load the memory: {exc}")
         if reply is not None:
             return self.save(memory, reply)
+        self.offer = review.offer(
+            memory, self.config, utcnow(), self.counter(), review_only=self.review_only
+        )
         prompt = build_update_prompt(
             memory,
             conversation,
             correction=correction,
             reinforcement=reinforcement,
             context=context,
+            review=self.offer.text,
         )
         # The client's own temperature (an LLMClient's, or the one a wrapper holds).
         base = getattr(getattr(self.llm, "inner", self.llm), "temperature", 0.0)
@@ -589,7 +712,9 @@ class _Run:
                 config=self.config,
                 now=utcnow(),
                 heat=heat,
+                offer=self.offer,
             )
+            self.aging = changes.aging
             self.note_applied(changes)
             if not changes:
                 self.log_details(changes)
@@ -661,6 +786,7 @@ class _Run:
     def record_on(self, connection: Any, outcome: str, error: str | None) -> None:
         usage = self.usage
         assert usage is not None
+        ok = outcome == "ok"
         call_id = uuid.uuid4().hex
         connection.execute(
             _INSERT_CALL,
@@ -678,6 +804,10 @@ class _Run:
                 "latency_ms": usage.latency_ms,
                 "outcome": outcome,
                 "error": error,
+                "stale_offered": len(self.offer.stale) if self.offer is not None else 0,
+                "stale_removed": len(self.aging.stale_removed) if ok else 0,
+                "stale_extended": len(self.aging.stale_extended) if ok else 0,
+                "facts_merged": len(self.aging.consolidated) if ok else 0,
             },
         )
         if self.call_rejected and _keeps_table(self.storage, memory_llm_rejections.name):
@@ -727,6 +857,13 @@ class _Run:
             llm_called=self.llm_called,
             rejected=self.rejected(),
             llm_seconds=self.llm_seconds,
+            facts_confirmed=tuple(changes.aging.confirmed),
+            stale_offered=len(self.offer.stale) if self.offer is not None else 0,
+            stale_removed=tuple(changes.aging.stale_removed),
+            stale_extended=tuple(changes.aging.stale_extended),
+            stale_refused=tuple(changes.aging.stale_refused),
+            facts_merged=tuple(changes.aging.merged),
+            facts_consolidated=tuple(changes.aging.consolidated),
             llm_calls=self.calls,
         )
 
@@ -805,6 +942,18 @@ class _Run:
                 kind,
                 reason,
                 text,
+            )
+        for reason in changes.refused_merges:
+            logger.info(
+                "memory %s, thread %s: merge refused: %s", self.scope, self.thread_id, reason
+            )
+        if changes.aging.stale_refused:
+            logger.info(
+                "memory %s, thread %s: refusing stale-review ids %s (not offered, or over "
+                "staleness_max_removals_per_cycle)",
+                self.scope,
+                self.thread_id,
+                list(changes.aging.stale_refused),
             )
         if changes.ignored_removals:
             logger.debug(

@@ -124,7 +124,7 @@ def test_the_spool_lives_in_the_hosts_state_folder_whatever_the_database(tmp_pat
     [
         ({"bogus": 1}, "'bogus'"),
         ({"max_factz": 10}, "did you mean 'max_facts'"),
-        ({"staleness_review_enabled": True}, "DeerMem setting"),
+        ({"fact_eviction_policy": "lru"}, "DeerMem setting"),
         ({"max_facts": "many"}, "max_facts"),
         ({"max_facts": 3}, "max_facts"),
         ({"debounce_seconds": True}, "debounce_seconds"),

@@ -66,14 +66,6 @@ LLM_KEYS = ("model", "model_name", "llm_base_url", "llm_api_key")
 """Keys whose presence means: memory_sql's own OpenAI-compatible client, not the host's model."""
 _DEERMEM_ONLY = frozenset(
     {
-        "staleness_review_enabled",
-        "staleness_age_days",
-        "staleness_min_candidates",
-        "staleness_max_removals_per_cycle",
-        "staleness_protected_categories",
-        "staleness_max_lifetime_multiplier",
-        "staleness_max_extension_days",
-        "consolidation_enabled",
         "fact_eviction_policy",
         "fact_eviction_shadow_enabled",
         "queue_max_depth",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from typing import Annotated
 
 from fastapi import Header, Query
@@ -25,6 +26,13 @@ AgentQuery = Annotated[
     str | None,
     Query(description="The agent whose memory it is; leave out for the unnamed agents' memory."),
 ]
+AsOfQuery = Annotated[
+    datetime | None,
+    Query(
+        description="Read the past: the facts believed at this moment (ISO 8601; without a "
+        "zone, UTC). Sections have no history and are today's."
+    ),
+]
 IfMatch = Annotated[
     str | None,
     Header(description='The memory version the change is based on, as its ETag ("7").'),
@@ -33,6 +41,11 @@ IfMatch = Annotated[
 _ENTITY_TAG = re.compile(r'\s*(W/)?"(\d{1,12})"\s*')
 ANY_VERSION = -1
 """What ``If-Match: *`` expects: the memory exists, whatever its version."""
+
+
+def as_utc(moment: datetime) -> datetime:
+    """``moment`` with a zone (a naive one is UTC)."""
+    return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment
 
 
 def etag(version: int) -> dict[str, str]:

@@ -4,6 +4,7 @@ it is stale) or, without one, is applied to the newest version."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
@@ -13,10 +14,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from ... import ops
 from ...ops import history
 from ...scope import Scope
+from ...text_search import query_terms, search_text
 from ..auth import Caller, Reader, Writer
 from ..errors import ApiError, error_responses, not_found
 from ..state import ServerState, State
-from . import AgentQuery, IfMatch, etag, precondition
+from . import AgentQuery, AsOfQuery, IfMatch, as_utc, etag, precondition
 
 router = APIRouter(
     prefix="/v1/users/{user_id}",
@@ -75,7 +77,9 @@ ListAgentQuery = Annotated[
     description="Each fact carries `version`, the version of its memory when it was read, "
     "for the `If-Match` of a change; with one memory listed the answer's `ETag` (and "
     "`version`) is that version too. Versions are read before the facts, so a change in "
-    "between answers 412 to a write based on them, never a lost update.",
+    "between answers 412 to a write based on them, never a lost update. With `as_of`, the "
+    "facts believed then, each with the memory's version then, and no `ETag` (a past read is "
+    "no base for a write); `include_closed` adds superseded and removed versions.",
 )
 def list_facts(
     user_id: str,
@@ -87,25 +91,40 @@ def list_facts(
     min_confidence: Annotated[float | None, Query(ge=0, le=1)] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
     offset: Annotated[int, Query(ge=0, le=100_000)] = 0,
+    as_of: AsOfQuery = None,
+    include_closed: Annotated[
+        bool, Query(description="Also closed (superseded or removed) versions")
+    ] = False,
 ) -> Any:
     every_agent = agent_name == EVERY_AGENT
     scope = Scope.of(
         user_id=user_id, agent_name=None if every_agent else agent_name, tenant_id=caller.tenant_id
     )
-    with caller.acting():
-        versions = ops.memory_versions(state.engine, scope.user_id, tenant_id=scope.tenant_id)
-        if not (versions if every_agent else scope.agent_name in versions):
-            raise not_found(f"no memory of user {user_id!r}")
-        records = ops.search_facts(
-            state.engine,
-            q,
-            category=category,
-            min_confidence=min_confidence,
-            tenant_id=scope.tenant_id,
-            user_id=scope.user_id,
-            agent_name=None if every_agent else scope.agent_key,
-            limit=offset + limit + 1,
+    if as_of is not None:
+        if every_agent:
+            raise ApiError(
+                400, "invalid_request", "as_of reads one memory: name its agent_name, not *"
+            )
+        version, records = _facts_as_of(
+            state, caller, scope, as_utc(as_of), q, category, min_confidence
         )
+        versions = {scope.agent_name: version}
+    else:
+        with caller.acting():
+            versions = ops.memory_versions(state.engine, scope.user_id, tenant_id=scope.tenant_id)
+            if not (versions if every_agent else scope.agent_name in versions):
+                raise not_found(f"no memory of user {user_id!r}")
+            records = ops.search_facts(
+                state.engine,
+                q,
+                category=category,
+                min_confidence=min_confidence,
+                tenant_id=scope.tenant_id,
+                user_id=scope.user_id,
+                agent_name=None if every_agent else scope.agent_key,
+                limit=offset + limit + 1,
+                include_closed=include_closed,
+            )
     page = records[offset : offset + limit]
     more = len(records) > offset + limit
     facts = []
@@ -114,10 +133,38 @@ def list_facts(
         fact["version"] = versions.get(record.agent_name, 0)
         facts.append(fact)
     answer: dict[str, Any] = {"facts": facts, "next_offset": offset + limit if more else None}
-    if every_agent:
+    if every_agent or as_of is not None:
         return answer
     version = versions[scope.agent_name]
     return JSONResponse({**answer, "version": version}, headers=etag(version))
+
+
+def _facts_as_of(
+    state: ServerState,
+    caller: Caller,
+    scope: Scope,
+    as_of: datetime,
+    q: str | None,
+    category: str | None,
+    min_confidence: float | None,
+) -> tuple[int, list[ops.FactRecord]]:
+    """The version of the memory at ``as_of`` and the facts believed then, highest confidence
+    first, filtered as a search is (``q``: every term of it among the fact's)."""
+    with caller.acting():
+        doc = state.storage.load(**scope.arguments(), as_of=as_of)
+    if doc.version == 0 and doc.last_updated is None:
+        raise not_found(f"no memory of user {scope.user_id!r}")
+    wanted = set(query_terms(q)) if q and q.strip() else set()
+    facts = [
+        fact
+        for fact in doc.facts
+        if (category is None or fact.category == category.strip().lower())
+        and (min_confidence is None or fact.confidence >= min_confidence)
+        and wanted <= set(search_text(fact.content).split())
+    ]
+    facts.sort(key=lambda fact: -fact.confidence)
+    records = [ops.FactRecord(scope.tenant_id, scope.user_id, scope.agent_name, f) for f in facts]
+    return doc.version, records
 
 
 @router.post(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, Request
@@ -22,7 +23,7 @@ from ...tenancy import acting_for
 from ..auth import Admin, Caller, Reader, Writer
 from ..errors import ApiError, error_responses, not_found
 from ..state import ServerState, State
-from . import AgentQuery, IfMatch, etag, precondition
+from . import AgentQuery, AsOfQuery, IfMatch, as_utc, etag, precondition
 
 router = APIRouter(
     prefix="/v1", tags=["memory"], responses=error_responses(400, 403, 404, 409, 412, 413, 415, 422)
@@ -30,12 +31,19 @@ router = APIRouter(
 
 
 def _load(
-    state: ServerState, caller: Caller, user_id: str, agent_name: str | None
+    state: ServerState,
+    caller: Caller,
+    user_id: str,
+    agent_name: str | None,
+    as_of: datetime | None = None,
 ) -> MemoryDocument:
-    """The memory of (user, agent) in the caller's tenant; 404 when there is none."""
+    """The memory of (user, agent) in the caller's tenant (``as_of``: as it was then, see
+    :meth:`~memory_sql.storage.MemoryStorage.load`); 404 when there is none."""
     with caller.acting():
-        doc = state.storage.load(user_id=user_id, agent_name=agent_name, tenant_id=caller.tenant_id)
-    if doc.version == 0:
+        doc = state.storage.load(
+            user_id=user_id, agent_name=agent_name, tenant_id=caller.tenant_id, as_of=as_of
+        )
+    if doc.version == 0 and (as_of is None or doc.last_updated is None):
         agent = f", agent {agent_name!r}" if agent_name else ""
         raise not_found(f"no memory of user {user_id!r}{agent}")
     return doc
@@ -100,7 +108,15 @@ def _context(
 
 
 @router.get("/users/{user_id}/memory", summary="The memory document (DeerFlow's memory.json)")
-def get_memory(user_id: str, caller: Reader, state: State, agent_name: AgentQuery = None) -> Any:
+def get_memory(
+    user_id: str,
+    caller: Reader,
+    state: State,
+    agent_name: AgentQuery = None,
+    as_of: AsOfQuery = None,
+) -> Any:
+    if as_of is not None:  # a past view: its facts as they were, no version to write against
+        return _load(state, caller, user_id, agent_name, as_utc(as_of)).to_deerflow()
     doc = _load(state, caller, user_id, agent_name)
     return JSONResponse(doc.to_deerflow(), headers=etag(doc.version))
 
