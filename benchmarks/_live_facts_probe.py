@@ -1,11 +1,11 @@
 """One side of ``bench_peers.py --before``: live-fact loads and saves of the memory_sql on
-``sys.path`` (this tree, or the code before revision 0012 by PYTHONPATH), on a database of its
+``sys.path`` (this tree, or the code before revision 0015 by PYTHONPATH), on a database of its
 own; prints the medians (seconds) as one JSON line.
 
     python benchmarks/_live_facts_probe.py sqlite|postgresql CLOSED
 
 ``CLOSED`` closed versions are left in the measured memory first (only for code that keeps
-them: the code before 0012 deletes what it removes, and is asked for 0).
+them: the code before 0015 deletes what it removes, and is asked for 0).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ see ``_common.steady_cpus``, unless ``--idle-states`` leaves them as they are).
 
 It needs the bench extra (pip install -e '.[bench]'; `make bench` installs it).
 
-``--before FOLDER`` (a checkout of the code before revision 0012, e.g. ``git worktree add
+``--before FOLDER`` (a checkout of the code before revision 0015, e.g. ``git worktree add
 /tmp/base <commit>``) measures instead live-fact loads and saves of that code and of this one,
 each on a database of its own, this one with 2 000 closed versions in the measured memory, in
 alternating runs of ``_live_facts_probe.py``, and prints this ÷ before (goal: at most 1.1×).
@@ -970,7 +970,7 @@ def versus_before(before: str, args: list[str]) -> int:
     probe = Path(__file__).resolve().parent / "_live_facts_probe.py"
     here = str(Path(__file__).resolve().parent.parent)
     kinds = [k for k in ("postgresql", "sqlite") if k in args] or ["postgresql", "sqlite"]
-    print(f"live-fact loads and saves: this code ({here}) ÷ the code before 0012 ({before})")
+    print(f"live-fact loads and saves: this code ({here}) ÷ the code before 0015 ({before})")
     for kind in kinds:
         runs: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
         for _ in range(BEFORE_ROUNDS):
@@ -988,7 +988,7 @@ def versus_before(before: str, args: list[str]) -> int:
             print(f"\n{kind}: skipped")
             continue
         print(f"\n{kind}: median of {BEFORE_ROUNDS} alternating runs, each the median of 300 calls")
-        print(f"| operation | before 0012 | after ({CLOSED_VERSIONS} closed versions) | ratio |")
+        print(f"| operation | before 0015 | after ({CLOSED_VERSIONS} closed versions) | ratio |")
         print("| --- | --- | --- | --- |")
         for name in runs["before"][0]:
             old = statistics.median(r[name] for r in runs["before"])

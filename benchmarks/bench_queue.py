@@ -314,7 +314,7 @@ NOTIFY_TRIGGERS = ("memory_pending_updates_notify_insert", "memory_pending_updat
 
 
 def notify_cost(url: str) -> None:
-    """What revision 0015's NOTIFY triggers cost an enqueue on PostgreSQL: one add's median
+    """What revision 0013's NOTIFY triggers cost an enqueue on PostgreSQL: one add's median
     latency; 16 threads adding new keys at once (NOTIFY serialises the commits that send one);
     16 threads merging turns into keys already waiting (which notify nothing); with the
     triggers and with them disabled, alternating, 3 rounds each, in the same run."""

@@ -311,7 +311,7 @@ LLM_CALL_OUTCOMES = (
 )
 """How a memory-LLM call ended: ``ok`` (saved, or nothing to change), the LLM call failing, its
 reply unusable, the save failing, every save losing to another writer, or (``length``,
-revision 0013) the reply cut at ``max_tokens`` before it held a usable update."""
+revision 0014) the reply cut at ``max_tokens`` before it held a usable update."""
 
 memory_llm_calls = Table(
     "memory_llm_calls",

@@ -31,7 +31,7 @@ VIEWS = {
     "memory_report_queue",
     "memory_report_llm_usage",
     "memory_report_llm_rejections",
-    "memory_report_superseded",  # revision 0012
+    "memory_report_superseded",  # revision 0015
 }
 
 

@@ -458,7 +458,7 @@ def test_forget_deletes_every_row_of_the_user_and_nothing_else(url):
 
     declined = invoke("forget", "--user", user, "--tenant", tenant, "--url", url, code=1, input="n")
     assert "Delete every row of user" in declined
-    # 4 live facts and the 2 removed ones, kept closed (revision 0012)
+    # 4 live facts and the 2 removed ones, kept closed (revision 0015)
     assert rows(url, "memory_facts", tenant_id=tenant, user_id=user) == 6
 
     output = invoke("forget", "--user", user, "--tenant", tenant, "--url", url, input="y\n")

@@ -1,4 +1,4 @@
-"""Facts that age and are superseded (revision 0012), on SQLite and PostgreSQL: closed rows
+"""Facts that age and are superseded (revision 0015), on SQLite and PostgreSQL: closed rows
 instead of deletes, the partial unique index among live facts (raced by real threads), as-of
 reads, history texts, purge, forget, search, the DeerFlow round trip, and the staleness review,
 confirmations and consolidation inside the regular update through the scripted LLM."""
@@ -556,8 +556,8 @@ def test_a_replacing_fact_supersedes_and_near_duplicates_merge(store, llm):
 
 
 def _revision():
-    path = Path(__file__).parent.parent / "alembic" / "versions" / "0012_fact_validity.py"
-    spec = importlib.util.spec_from_file_location("rev0012", path)
+    path = Path(__file__).parent.parent / "alembic" / "versions" / "0015_fact_validity.py"
+    spec = importlib.util.spec_from_file_location("rev0015", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -590,10 +590,10 @@ def test_the_migration_keeps_facts_and_goes_down_to_its_parent(before_engine):
             "'context', 0.9, '2026-01-01', '2026-01-01', 'plays chess')"
         )
     before = _shape(engine)
-    migrations.upgrade(engine, "0012")
+    migrations.upgrade(engine, "0015")
     assert migrations.check(engine) is None
     after = _shape(engine)
-    # Every view and table there before is there after, with its columns (0012 adds some).
+    # Every view and table there before is there after, with its columns (0015 adds some).
     for kind in ("views", "tables"):
         for name, (columns, *_) in before[kind].items():
             assert set(columns) <= set(after[kind][name][0]), name

@@ -95,7 +95,7 @@ def test_the_view_equals_the_servers_recorded_usage(url, llm):
                 "failures": 2,
                 "p50_latency_ms": report["llm_usage"][0]["p50_latency_ms"],
                 "held_over_budget": 0,
-                # the staleness review's counts (revision 0012): nothing was stale
+                # the staleness review's counts (revision 0015): nothing was stale
                 "stale_offered": 0,
                 "stale_removed": 0,
                 "stale_extended": 0,

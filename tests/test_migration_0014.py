@@ -1,31 +1,27 @@
-"""Revision 0014 on both databases: the budget's holds table and ``held_over_budget`` in
-``memory_report_llm_usage`` come and go with it, the usage already recorded reads the same on
-either side, and on PostgreSQL the table has row-level security and the view made anew stays
-``security_invoker``."""
+"""Revision 0014 on both databases: the ``length`` outcome is accepted, refused reply parts have a
+table and a view over it, the usage view still works, and the downgrade removes what it made
+(``length`` calls kept as ``invalid_reply``). The revision is tested against its own
+``down_revision``, whatever the chain is re-linked to."""
 
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
 
 import pytest
 import sqlalchemy as sa
+from alembic.script import ScriptDirectory
 
 from memory_sql import migrations
 from memory_sql.database import create_engine
-from memory_sql.schema import memory_llm_calls, metadata
 
-DAY = dt.datetime(2026, 11, 3, 12, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 12, 2, 9, 30, tzinfo=dt.timezone.utc)
+SCOPE = {"tenant_id": "acme", "user_id": "u1", "agent_name": ""}
 
 
-def _revision() -> tuple[str, str]:
-    from alembic.script import ScriptDirectory
-
-    script = ScriptDirectory.from_config(migrations.alembic_config()).get_revision("0014")
-    spec = importlib.util.spec_from_file_location("revision_0014", script.path)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module.revision, module.down_revision
+def _parent() -> str:
+    script = ScriptDirectory(str(migrations.script_location())).get_revision("0014")
+    assert script is not None and isinstance(script.down_revision, str)
+    return script.down_revision
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
@@ -35,89 +31,73 @@ def engine(request: pytest.FixtureRequest, tmp_path):
     else:
         url = request.getfixturevalue("new_pg_database")()
     engine = create_engine(url)
-    migrations.upgrade(engine, _revision()[1])
+    migrations.upgrade(engine, _parent())
     yield engine
     engine.dispose()
 
 
-def _usage(engine: sa.Engine) -> list[dict]:
-    with engine.connect() as conn:
-        rows = conn.execute(sa.text("SELECT * FROM memory_report_llm_usage ORDER BY tenant_id"))
-        return [dict(row._mapping) for row in rows]
+def _call(conn, call_id: str, outcome: str) -> None:
+    conn.execute(
+        sa.text(
+            "INSERT INTO memory_llm_calls (tenant_id, user_id, agent_name, call_id, thread_id, "
+            "model, called_at, prompt_tokens, completion_tokens, tokens_counted, latency_ms, "
+            "outcome) VALUES ('acme', 'u1', '', :id, 't', 'small', :at, 1500, 4036, false, "
+            "900, :outcome)"
+        ),
+        {"id": call_id, "at": T0, "outcome": outcome},
+    )
 
 
-def _secured(engine: sa.Engine, relation: str) -> tuple[bool, bool, bool]:
-    """Row security enabled and forced (a table), security_invoker (a view)."""
-    with engine.connect() as conn:
-        return conn.execute(
+def _relations(engine) -> set[str]:
+    inspector = sa.inspect(engine)
+    return set(inspector.get_table_names()) | set(inspector.get_view_names())
+
+
+def test_upgrade_records_length_and_refusals_and_the_downgrade_undoes_it(engine):
+    with engine.begin() as conn:
+        _call(conn, "c-old", "ok")
+        with pytest.raises(sa.exc.IntegrityError), conn.begin_nested():
+            _call(conn, "c-cut", "length")  # not an outcome before 0014
+    assert "memory_llm_rejections" not in _relations(engine)
+
+    migrations.upgrade(engine, "0014")
+    with engine.begin() as conn:
+        _call(conn, "c-cut", "length")
+        conn.execute(
             sa.text(
-                "SELECT relrowsecurity, relforcerowsecurity, "
-                "'security_invoker=true' = ANY(coalesce(reloptions, '{}')) "
-                "FROM pg_class WHERE relname = :name"
-            ),
-            {"name": relation},
+                "INSERT INTO memory_llm_rejections (tenant_id, user_id, agent_name, call_id, "
+                "reason, items) VALUES ('acme', 'u1', '', 'c-old', 'placeholder', 2), "
+                "('acme', 'u1', '', 'c-cut', 'placeholder', 1), "
+                "('acme', 'u1', '', 'c-cut', 'empty', 1)"
+            )
+        )
+        with pytest.raises(sa.exc.IntegrityError), conn.begin_nested():
+            conn.execute(
+                sa.text(
+                    "INSERT INTO memory_llm_rejections VALUES ('acme', 'u1', '', 'c-x', 'empty', 0)"
+                )
+            )
+        refused = conn.execute(
+            sa.text(
+                "SELECT reason, calls, items FROM memory_report_llm_rejections "
+                "WHERE tenant_id = 'acme' ORDER BY reason"
+            )
+        ).all()
+        usage = conn.execute(
+            sa.text("SELECT calls, failures FROM memory_report_llm_usage WHERE tenant_id = 'acme'")
         ).one()
+    assert [tuple(row) for row in refused] == [("empty", 1, 1), ("placeholder", 2, 3)]
+    assert tuple(usage) == (2, 1)
+    assert migrations.check(engine) is None if migrations.head_revision() == "0014" else True
 
-
-def test_the_holds_table_and_column_come_and_go_with_the_usage_unchanged(engine):
-    revision, down = _revision()
+    migrations.downgrade(engine, _parent())
+    assert not {"memory_llm_rejections", "memory_report_llm_rejections"} & _relations(engine)
     with engine.begin() as conn:
-        conn.execute(
-            memory_llm_calls.insert(),
-            [
-                {
-                    "tenant_id": tenant,
-                    "user_id": "u",
-                    "agent_name": "",
-                    "call_id": f"c{tenant}",
-                    "thread_id": "t",
-                    "model": "m",
-                    "called_at": DAY,
-                    "prompt_tokens": 10,
-                    "completion_tokens": 2,
-                    "tokens_counted": False,
-                    "latency_ms": 5,
-                    "outcome": "ok",
-                }
-                for tenant in ("acme", "zeta")
-            ],
+        outcomes = dict(
+            conn.execute(sa.text("SELECT call_id, outcome FROM memory_llm_calls")).all()
         )
-    before = _usage(engine)
-    migrations.upgrade(engine, revision)
-    with engine.begin() as conn:
-        conn.execute(
-            sa.text(
-                "INSERT INTO memory_llm_budget_holds "
-                "(tenant_id, day, holds, last_held_at, last_reason) "
-                "VALUES ('acme', :day, 3, :at, 'over budget')"
-            ),
-            {"day": DAY.date(), "at": DAY},
-        )
-    after = _usage(engine)
-    assert [row.pop("held_over_budget") for row in after] == [3, 0]
-    assert after == before  # every other column reads as before
-    if engine.dialect.name == "postgresql":
-        assert _secured(engine, "memory_llm_budget_holds")[:2] == (True, True)
-        assert _secured(engine, "memory_report_llm_usage")[2] is True
-    migrations.downgrade(engine, down)
-    assert "memory_llm_budget_holds" not in sa.inspect(engine).get_table_names()
-    assert _usage(engine) == before
-    if engine.dialect.name == "postgresql":
-        assert _secured(engine, "memory_report_llm_usage")[2] is True
-
-
-@pytest.mark.postgres
-def test_every_table_holding_tenants_rows_has_forced_row_security(new_pg_database):
-    engine = create_engine(new_pg_database())
-    try:
-        migrations.upgrade(engine)
-        tables = sorted(
-            name
-            for name, table in metadata.tables.items()
-            if "tenant_id" in table.c and name != "memory_api_keys"
-        )
-        secured = {name: _secured(engine, name)[:2] for name in tables}
-    finally:
-        engine.dispose()
-    assert "memory_llm_budget_holds" in secured
-    assert secured == dict.fromkeys(tables, (True, True))
+        usage = conn.execute(sa.text("SELECT calls FROM memory_report_llm_usage")).scalar_one()
+    assert outcomes == {"c-old": "ok", "c-cut": "invalid_reply"}
+    assert usage == 2
+    migrations.upgrade(engine, "0014")  # and up again
+    assert "memory_llm_rejections" in _relations(engine)

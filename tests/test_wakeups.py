@@ -1,7 +1,7 @@
 """Wake-ups across processes (memory_sql.queue.wakeups): a separate ``memory-sql worker`` learns a
 conversation another process queued within seconds, not at its 60 s sweep, on both databases;
 the PostgreSQL listener comes back after its connection is killed; a debounced row runs at its
-due time; revision 0015's triggers notify only for claimable rows, and go with a downgrade."""
+due time; revision 0013's triggers notify only for claimable rows, and go with a downgrade."""
 
 from __future__ import annotations
 
@@ -283,9 +283,9 @@ def test_an_unreadable_payload_means_now():
     assert due_time("1764637200.5").timestamp() == 1764637200.5
 
 
-def test_revision_0015_upgrades_and_downgrades(url):
+def test_revision_0013_upgrades_and_downgrades(url):
     spec = importlib.util.spec_from_file_location(
-        "revision_0015", ROOT / "alembic" / "versions" / "0015_queue_notify.py"
+        "revision_0013", ROOT / "alembic" / "versions" / "0013_queue_notify.py"
     )
     assert spec and spec.loader
     revision = importlib.util.module_from_spec(spec)

@@ -2,7 +2,7 @@
 added, updated or removed): a fact's history and a memory's change log, oldest first, paged
 forward by a cursor.
 
-Events keep a fact's category and confidence at each change and, since revision 0012, its
+Events keep a fact's category and confidence at each change and, since revision 0015, its
 text before and after (``content_before``: updated and removed; ``content_after``: added and
 updated) and, for a removed fact, the fact that took its place (``superseded_by``); events
 written before that revision have no text (``None``). An update that kept the text stores

@@ -14,15 +14,15 @@ The views are plain SQL over the tables and can be queried directly (see the REA
 - ``memory_report_llm_usage`` (revision 0007): tenant_id, day (UTC), model, calls,
   prompt_tokens, completion_tokens, failures (calls whose update did not end ``ok``),
   p50_latency_ms (the median, computed in the view's SQL the same way on both databases: the
-  middle call by latency, or the mean of the two middle ones), and (revision 0014)
+  middle call by latency, or the mean of the two middle ones), and (revision 0012)
   held_over_budget: the tenant's updates held back that day by its daily LLM budget (each
-  hold and re-check; shown on each of the day's model rows); since revision 0012 also
+  hold and re-check; shown on each of the day's model rows); since revision 0015 also
   stale_offered, stale_removed, stale_extended (the staleness review's counts) and
   facts_merged (facts consolidated into others);
-- ``memory_report_llm_rejections`` (revision 0013): tenant_id, day (UTC), model, reason,
+- ``memory_report_llm_rejections`` (revision 0014): tenant_id, day (UTC), model, reason,
   calls (calls whose reply had parts refused for that reason), items (parts refused): what the
   memory LLM answered that was not stored, and why (:mod:`memory_sql.update.rejections`).
-- ``memory_report_superseded`` (revision 0012): tenant_id, day (UTC), closed (facts closed
+- ``memory_report_superseded`` (revision 0015): tenant_id, day (UTC), closed (facts closed
   that day and still kept: superseded, removed, evicted), superseded (of those, replaced by
   another fact). The fact views above count live facts only.
 """

@@ -1,6 +1,6 @@
 """What tells a worker that another process queued work: a wake-up source per database.
 
-PostgreSQL: revision 0015's triggers send ``NOTIFY memory_sql_queue`` with the earliest due time
+PostgreSQL: revision 0013's triggers send ``NOTIFY memory_sql_queue`` with the earliest due time
 (seconds since the epoch) whenever a statement leaves a queue row claimable, at its commit.
 :class:`NotifyListener` is a thread with a connection of its own (``application_name``
 ``memory-sql-listener``) that LISTENs and hands each due time to the worker, which schedules its
@@ -37,7 +37,7 @@ from ..models import utcnow
 logger = logging.getLogger(__name__)
 
 CHANNEL = "memory_sql_queue"
-"""The channel revision 0015's triggers notify on."""
+"""The channel revision 0013's triggers notify on."""
 LISTENER_NAME = "memory-sql-listener"
 """The ``application_name`` of the listener's connection (seen in ``pg_stat_activity``)."""
 POLL_SECONDS = 0.25

@@ -47,7 +47,7 @@ K1 = 1.2
 B = 0.75
 
 # The memory's live facts holding any of the terms, found through the GIN index (partial: live
-# rows only, revision 0012), with their searchable text: BM25 is computed from it below.
+# rows only, revision 0015), with their searchable text: BM25 is computed from it below.
 _PG_MATCHING = """
 SELECT fact_id, search_text, tenant_id, user_id, agent_name FROM memory_facts
 WHERE valid_to IS NULL AND search_vector @@ (
@@ -59,7 +59,7 @@ MAX_MATCHING = 20_000
 """At most this many matching facts are scored for one query (a query of very common words)."""
 
 # The best rows first, by the index alone (its scope term keeps it to the memory's live facts:
-# a closed fact's term differs, revision 0012); then their facts, the scope checked again.
+# a closed fact's term differs, revision 0015); then their facts, the scope checked again.
 _SQLITE_MATCH = """
 SELECT f.fact_id, -h.score
 FROM (SELECT rowid, bm25(memory_facts_fts, 1.0, 0.0) AS score

@@ -84,7 +84,7 @@ _SELECT_HEAD = sa.select(
 # give the union's types) and the other rows reuse their columns, so that a fact row carries
 # nothing but its kind: the head's version as text in ``fact_id``, its times in the facts'
 # ``created_at`` and ``updated_at``; a section's name, summary and time in ``fact_id``,
-# ``content`` and ``updated_at``. Only live facts: the partial indexes of revision 0012 cover
+# ``content`` and ``updated_at``. Only live facts: the partial indexes of revision 0015 cover
 # them, so closed rows cost a load nothing.
 _AGING = len(FACT_COLUMNS) - 8  # the validity and confirmation columns after updated_at
 _SELECT_DOCUMENT = sa.union_all(
@@ -307,7 +307,7 @@ _FACT_INSERT_COLUMNS = """tenant_id, user_id, agent_name, fact_id, content, cont
                               confirmed_at, confirmation_count, valid_from, valid_to,
                               superseded_by"""
 _WRITES = {
-    # A removed fact is closed, not deleted (revision 0012).
+    # A removed fact is closed, not deleted (revision 0015).
     "deleted": """
     UPDATE memory_facts AS f SET valid_to = %(now)s, superseded_by = v.superseded_by
     FROM unnest(%(deleted)s::text[], %(successors)s::text[]) AS v(fact_id, superseded_by)

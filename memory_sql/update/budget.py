@@ -10,7 +10,7 @@ process's own calls since that reading added, so a burst cannot run far past the
 An update over budget is not run and not lost: the worker gives its row back to wait (its
 attempt not counted), with a note saying so as its ``last_error``, until the budget allows it
 (the next UTC day, or a higher limit), re-checked every :data:`RECHECK_SECONDS`. Each hold is
-counted per tenant and day in ``memory_llm_budget_holds`` (revision 0014), which
+counted per tenant and day in ``memory_llm_budget_holds`` (revision 0012), which
 ``memory_report_llm_usage`` shows as ``held_over_budget``.
 """
 

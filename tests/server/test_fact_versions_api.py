@@ -1,4 +1,4 @@
-"""The HTTP service reads the past (revision 0012): ``as_of`` on the memory and facts routes,
+"""The HTTP service reads the past (revision 0015): ``as_of`` on the memory and facts routes,
 closed versions on request, and a fact's history with its text before and after."""
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ it, is dropped around the copy and made again from the SQL it had (whichever rev
 it). The downgrade records
 ``length`` calls as ``invalid_reply``, the closest older outcome.
 
-Revision ID: 0013
-Revises: 0015
+Revision ID: 0014
+Revises: 0013
 Create Date: 2026-12-02
 """
 
@@ -24,8 +24,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0013"
-down_revision = "0015"  # while other revisions land: the integrator re-links the chain
+revision = "0014"
+down_revision = "0013"
 branch_labels = None
 depends_on = None
 

@@ -24,8 +24,8 @@ transition table. Workers listen in :mod:`memory_sql.queue.wakeups`.
 
 SQLite has no NOTIFY: there this revision changes nothing (workers poll a change counter).
 
-Revision ID: 0015
-Revises: 0014
+Revision ID: 0013
+Revises: 0012
 Create Date: 2026-12-02
 """
 
@@ -33,8 +33,8 @@ from __future__ import annotations
 
 from alembic import op
 
-revision = "0015"
-down_revision = "0014"
+revision = "0013"
+down_revision = "0012"
 branch_labels = None
 depends_on = None
 

@@ -20,8 +20,8 @@ text of each change); ``memory_llm_calls`` gains the staleness review's and cons
 counts, summed by ``memory_report_llm_usage``. The views that count facts count live ones, and
 ``memory_report_superseded`` counts closed facts per tenant and day.
 
-Revision ID: 0012
-Revises: 0013
+Revision ID: 0015
+Revises: 0014
 Create Date: 2026-12-02
 """
 
@@ -30,8 +30,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0012"
-down_revision = "0013"  # last of the chain: after 0014 (budget holds) and 0013 (rejections)
+revision = "0015"
+down_revision = "0014"
 branch_labels = None
 depends_on = None
 
@@ -120,7 +120,7 @@ def _day(dialect: str, column: str) -> str:
 
 def _usage_view(dialect: str, counts: bool) -> str:
     """The usage view (revision 0007's) with this revision's counts when ``counts``, and with
-    revision 0014's ``held_over_budget`` when its table is there, in whichever order the two
+    revision 0012's ``held_over_budget`` when its table is there, in whichever order the two
     revisions ran."""
     body = _plain_usage_view(dialect, counts)
     if not sa.inspect(op.get_bind()).has_table("memory_llm_budget_holds"):

@@ -11,7 +11,7 @@ the tenant's: on a day with calls to two models both rows show them.
 On PostgreSQL the table has the row-level security of revision 0010, and the view, made
 anew, is ``security_invoker`` again on servers that have it.
 
-Revision ID: 0014
+Revision ID: 0012
 Revises: 0011
 Create Date: 2026-12-02
 """
@@ -21,7 +21,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0014"
+revision = "0012"
 down_revision = "0011"
 branch_labels = None
 depends_on = None
