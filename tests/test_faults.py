@@ -36,11 +36,12 @@ def memory_url(private_pg) -> str:
     return url
 
 
-def count(url: str, table: sa.Table) -> int:
+def count(url: str, table: sa.Table, *where: sa.ColumnElement[bool]) -> int:
     engine = create_engine(url)
     try:
         with engine.connect() as conn:
-            return conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one()
+            query = sa.select(sa.func.count()).select_from(table).where(*where)
+            return conn.execute(query).scalar_one()
     finally:
         engine.dispose()
 
@@ -151,7 +152,9 @@ def test_one_busy_user_is_updated_one_run_at_a_time_by_two_processes(own_pg_url,
     calls = len(llm.requests)
     print(f"busy user: {keys} updates, {calls} LLM calls ({calls / keys:.3f} each), {took:.1f} s")
     assert calls <= 1.05 * keys
-    assert count(url, memory_facts) == 200  # max_facts: the memory kept the newest it could
+    # max_facts: the memory kept the newest it could live; the others were closed, not lost
+    assert count(url, memory_facts, memory_facts.c.valid_to.is_(None)) == 200
+    assert count(url, memory_facts) == keys
 
 
 def test_the_worker_command_waits_for_a_database_that_is_down_at_start(private_pg, memory_url, llm):

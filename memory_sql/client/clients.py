@@ -167,7 +167,8 @@ class MemoryClient:
         offset: int = 0,
     ) -> FactPage:
         """The user's facts: ``q`` through the full-text index (most relevant first), else
-        highest confidence first; all agents' unless ``agent_name`` is given."""
+        highest confidence first; the unnamed agent's unless ``agent_name`` names one
+        (``"*"``: every agent's)."""
         return self._send(
             calls.list_facts(
                 user_id,
@@ -252,7 +253,7 @@ class MemoryClient:
         after: str | None = None,
         limit: int = 100,
     ) -> EventPage:
-        """A fact's changes, newest first."""
+        """A fact's changes, oldest first."""
         return self._send(
             calls.fact_history(user_id, fact_id, agent_name=agent_name, after=after, limit=limit)
         )
@@ -265,7 +266,7 @@ class MemoryClient:
         after: str | None = None,
         limit: int = 100,
     ) -> EventPage:
-        """The change log of a memory's facts, newest first."""
+        """The change log of a memory's facts, oldest first."""
         return self._send(calls.changes(user_id, agent_name=agent_name, after=after, limit=limit))
 
     def forget_user(self, user_id: str) -> Forgotten:

@@ -57,7 +57,7 @@ class FactEvent(_Answer):
 
 
 class EventPage(_Answer):
-    """One page of a change log, newest first; pass ``next`` as ``after`` for the next page
+    """One page of a change log, oldest first; pass ``next`` as ``after`` for the next page
     (None: this was the last)."""
 
     events: list[FactEvent]

@@ -330,7 +330,7 @@ def build_server(resolve: Resolver, *, fixed_user: str | None = None) -> MCPServ
         user_id: UserId = None,
         agent_name: AgentName = None,
     ) -> EventPage:
-        """A fact's changes (added, updated, removed), newest first."""
+        """A fact's changes (added, updated, removed), oldest first."""
         return run(
             ctx,
             "read",

@@ -58,7 +58,7 @@ def test_the_sync_client_covers_the_routes(
         )
         assert isinstance(added, FactChange) and added.version == 1
         assert (added.fact.tenant_id, added.fact.agent_name) == ("acme", "coder")
-        page = memory.list_facts("alice", q="PNPM", min_confidence=0.5)
+        page = memory.list_facts("alice", agent_name="*", q="PNPM", min_confidence=0.5)
         assert [f.id for f in page.facts] == [added.fact.id] and page.next_offset is None
 
         changed = memory.update_fact(
@@ -84,8 +84,8 @@ def test_the_sync_client_covers_the_routes(
         assert (replaced.changed, replaced.version) == (False, 2)
 
         events = memory.fact_history("alice", added.fact.id, agent_name="coder")
-        assert [e.event for e in events.events] == ["updated", "added"]
-        assert [e.version for e in memory.changes("alice", agent_name="coder").events] == [2, 1]
+        assert [e.event for e in events.events] == ["added", "updated"]  # oldest first
+        assert [e.version for e in memory.changes("alice", agent_name="coder").events] == [1, 2]
         context = memory.context("alice", agent_name="coder", query="how do I deploy?")
         assert "Deploys with pnpm" in context.context and context.version == 2
         by_messages = memory.context("alice", agent_name="coder", messages=TURNS)

@@ -66,7 +66,10 @@ def test_the_tools_answer_typed_results_for_the_keys_tenant(
             history = ok(
                 await mcp.call_tool("fact_history", {"user_id": "alice", "fact_id": fact_id})
             )
-            assert [e["event"] for e in history["events"]] == ["updated", "added"]
+            assert [e["event"] for e in history["events"]] == [
+                "added",
+                "updated",
+            ]  # oldest first, as the HTTP history
 
             memory = ok(await mcp.call_tool("get_memory", {"user_id": "alice"}))
             assert memory["version"] == 2
