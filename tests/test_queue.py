@@ -448,3 +448,41 @@ def test_a_stop_during_a_claim_gives_the_claimed_rows_back(engine):
     (row,) = rows(engine)
     assert row.lease_owner is None and row.attempts == 0
     assert runs == []
+
+
+def test_quick_runs_claim_a_pool_ahead_and_a_stop_gives_those_rows_back(engine):
+    """Once runs are quick, a claim takes as many rows again as the pool has threads; rows
+    claimed ahead wait here, leased, and a stop gives them back unrun."""
+    import time
+
+    from memory_sql.queue import RunOutcome, UpdateWorker
+
+    queue = make_queue(engine, debounce_seconds=0, owner="ahead")
+    for n in range(6):  # six memories: one claim may take a row of each
+        queue.add(Scope.of(user_id=f"u{n}"), "t", conversation("a"), Signals())
+    hold = threading.Event()
+    started: list[str] = []
+
+    def run(item):
+        started.append(item.scope.user_id)
+        if len(started) > 1:  # the first run is quick; the others wait for the test
+            hold.wait(20)
+        return RunOutcome(True)
+
+    worker = UpdateWorker(queue, run, workers=2)
+    worker.start()
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not (len(started) == 3 and worker.in_flight == 4):
+            time.sleep(0.02)
+        # 1 done; 2 running; 2 claimed ahead for the 2 threads; 1 left in the queue
+        assert (len(started), worker.in_flight) == (3, 4)
+        leased = [row for row in rows(engine) if row.lease_owner == "ahead"]
+        assert len(leased) == 4
+        assert worker.stop(timeout=0.2) is False  # the two running ones still hold the test
+        leased = [row for row in rows(engine) if row.lease_owner == "ahead"]
+        assert len(leased) == 2 and len(rows(engine)) == 5
+    finally:
+        hold.set()
+        worker.stop(timeout=10)
+    assert len(started) == 3  # the rows claimed ahead never ran

@@ -746,13 +746,7 @@ _DELETE_RUN = sa.delete(pending).where(
 
 def _by_key(scope: Scope, thread_id: str, kind: str) -> dict[str, Any]:
     """The parameters of :data:`_IS_BOUND_KEY` for one row."""
-    return {
-        "key_tenant_id": scope.tenant_id,
-        "key_user_id": scope.user_id,
-        "key_agent_name": scope.agent_key,
-        "key_thread_id": thread_id,
-        "key_kind": kind,
-    }
+    return {f"key_{name}": value for name, value in _key_values(scope, thread_id, kind).items()}
 
 
 def _leased(lease_until: datetime | None, now: datetime) -> bool:
