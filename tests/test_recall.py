@@ -188,8 +188,11 @@ def test_the_index_follows_every_change(storage, scope):
 @pytest.mark.parametrize("backend", ["sqlite"])
 def test_sqlite_rebuild_refills_the_index_after_a_vacuum(storage, scope):
     doc = storage.load(**scope)
-    doc.facts = [Fact(content=f"owns bicycle number {i}") for i in range(50)]
-    storage.save(doc, **scope)
+    doc.facts = [Fact(content=f"owns bicycle number {i}") for i in range(51)]
+    version = storage.save(doc, **scope)
+    doc = storage.load(**scope)
+    closed = doc.facts.pop()  # removed: its row is kept, closed
+    storage.save(doc, expected_version=version, **scope)
     checked = Scope.of(**scope)
     with storage.engine.begin() as conn:
         conn.exec_driver_sql(
@@ -197,8 +200,9 @@ def test_sqlite_rebuild_refills_the_index_after_a_vacuum(storage, scope):
         )
     doc = storage.load(**scope)
     assert storage.match_facts(doc, checked, ["bicycl"]) == []
-    assert rebuild_sqlite_index(storage.engine) >= 50
-    assert len(storage.match_facts(doc, checked, ["bicycl"])) == 50
+    assert rebuild_sqlite_index(storage.engine) >= 51
+    found = storage.match_facts(doc, checked, ["bicycl"])
+    assert len(found) == 50 and closed.id not in {fact_id for fact_id, _ in found}
     with storage.engine.connect() as conn:
         hex_key = conn.exec_driver_sql(
             "SELECT lower('s' || hex(tenant_id || char(31) || user_id || char(31) || agent_name))"

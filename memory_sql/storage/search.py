@@ -211,15 +211,16 @@ def score_in_memory(
 
 def rebuild_sqlite_index(engine: Engine) -> int:
     """Refill SQLite's ``memory_facts_fts`` from ``memory_facts`` (after a ``VACUUM`` or a
-    rebuild of the table, which may renumber rowids); returns the facts indexed."""
+    rebuild of the table, which may renumber rowids), closed facts under their closed scope
+    term as revision 0015's triggers write them; returns the rows indexed."""
     with engine.begin() as conn:
         conn.exec_driver_sql(
             "INSERT INTO memory_facts_fts (memory_facts_fts) VALUES ('delete-all')"
         )
         conn.exec_driver_sql(
             "INSERT INTO memory_facts_fts (rowid, search_text, scope_key) SELECT rowid, "
-            "search_text, 's' || hex(tenant_id || char(31) || user_id || char(31) || agent_name) "
-            "FROM memory_facts"
+            "search_text, CASE WHEN valid_to IS NULL THEN 's' ELSE 'c' END || "
+            "hex(tenant_id || char(31) || user_id || char(31) || agent_name) FROM memory_facts"
         )
         return conn.execute(sa.select(sa.func.count()).select_from(memory_facts)).scalar_one()
 
