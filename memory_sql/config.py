@@ -82,6 +82,7 @@ _NUMBER_FIELDS = (
     "max_facts",
     "min_confidence",
     "injected_memory_max_tokens",
+    "update_memory_max_tokens",
     "guaranteed_token_budget",
     "workers",
     "lease_seconds",
@@ -209,6 +210,10 @@ class MemoryConfig(BaseModel):
     ``server_keep_alive_seconds``, and answers 503 past ``server_max_connections`` open
     connections or requests.
 
+    The update prompt lists a memory's facts within ``update_memory_max_tokens`` (16 000: a
+    memory of the default ``max_facts`` is shown whole); of a larger memory it shows the facts
+    the conversation's words find and the newest (:mod:`memory_sql.update.prompt_facts`).
+
     Recall with a query (:mod:`memory_sql.recall.ranking`): ``recall_relevance_weight``,
     ``recall_confidence_weight`` and ``recall_recency_weight`` weigh the score (the recency
     halving every ``recall_recency_half_life_days``), ``recall_duplicate_overlap`` is the term
@@ -263,6 +268,7 @@ class MemoryConfig(BaseModel):
     token_counting: bool = True
     tiktoken_encoding_file: Path | None = None
     injected_memory_max_tokens: int = Field(2000, ge=100, le=32000)
+    update_memory_max_tokens: int = Field(16000, ge=500, le=1_000_000)
     guaranteed_categories: tuple[str, ...] = ("correction",)
     guaranteed_token_budget: int = Field(500, ge=0, le=8000)
     storage: str = "sqlite:///memory_sql.db"

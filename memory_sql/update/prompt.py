@@ -36,7 +36,7 @@ import html
 from collections.abc import Sequence
 
 from ..intake.messages import MAX_MESSAGE_CHARS, Message, shorten  # noqa: F401  (the bound, re-exported)
-from ..models import MemoryDocument
+from ..models import Fact, MemoryDocument
 
 MAX_CONVERSATION_CHARS = 40_000
 
@@ -175,6 +175,7 @@ def build_update_prompt(
     reinforcement: bool,
     context: Sequence[Message] = (),
     review: str = "",
+    shown: Sequence[Fact] | None = None,
 ) -> list[dict[str, str]]:
     """The system and user messages asking the memory LLM to update ``memory`` from
     ``conversation`` (already filtered: see :func:`~memory_sql.filter_messages_for_memory`).
@@ -184,7 +185,8 @@ def build_update_prompt(
     the already-learned exchange just before ``conversation`` (see
     :mod:`memory_sql.update.watermark`), shown in an ``<earlier_context>`` block marked as such.
     ``review`` is the staleness review's block (:func:`memory_sql.update.review.offer`), placed
-    after the mode.
+    after the mode. ``shown``, when given, are the only facts listed (a memory too large to
+    show whole: :func:`memory_sql.update.prompt_facts.facts_for_prompt`).
     """
     flags = (("correction", correction), ("reinforcement", reinforcement))
     modes = [name for name, on in flags if on] or ["normal"]
@@ -196,7 +198,7 @@ def build_update_prompt(
             f"{format_conversation(context)}\n</earlier_context>\n\n"
         )
     user = (
-        f"<current_memory>\n{format_memory(memory)}\n</current_memory>\n\n"
+        f"<current_memory>\n{format_memory(memory, shown)}\n</current_memory>\n\n"
         f"{earlier}<conversation>\n{format_conversation(conversation)}\n</conversation>\n\n"
         f"<mode>{' + '.join(modes)}</mode>\n{mode_text}\n\n"
         f"{review + chr(10) * 2 if review else ''}"
@@ -205,26 +207,36 @@ def build_update_prompt(
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
 
-def format_memory(memory: MemoryDocument) -> str:
-    """The current memory as the prompt shows it: sections by JSON key, facts with their ids."""
+def format_memory(memory: MemoryDocument, shown: Sequence[Fact] | None = None) -> str:
+    """The current memory as the prompt shows it: sections by JSON key, facts with their ids;
+    only the facts ``shown`` when given (:mod:`memory_sql.update.prompt_facts`)."""
     lines = ["User context:"]
     sections = memory.sections()
     for name, key in SECTION_KEYS.items():
         if name == "recent_months":
             lines.append("History:")
         lines.append(f"- {key}: {_one_line(sections[name].summary) or '(empty)'}")
-    if memory.facts:
+    facts = memory.facts if shown is None else shown
+    if len(facts) < len(memory.facts):
+        lines.append(
+            f"Facts ({len(facts)} of the memory's {len(memory.facts)}: those this conversation "
+            "mentions and the newest; the others stay as they are. "
+            "id | category | confidence | content):"
+        )
+    elif facts:
         lines.append("Facts (id | category | confidence | content):")
-        for fact in memory.facts:
-            line = (
-                f"- {fact.id} | {fact.category} | {fact.confidence:.2f} | {_one_line(fact.content)}"
-            )
-            if fact.source_error:
-                line += f" (mistake to avoid: {_one_line(fact.source_error)})"
-            lines.append(line)
     else:
         lines.append("Facts: (none)")
+    lines.extend(fact_line(fact) for fact in facts)
     return "\n".join(lines)
+
+
+def fact_line(fact: Fact) -> str:
+    """One fact's line in the prompt's memory."""
+    line = f"- {fact.id} | {fact.category} | {fact.confidence:.2f} | {_one_line(fact.content)}"
+    if fact.source_error:
+        line += f" (mistake to avoid: {_one_line(fact.source_error)})"
+    return line
 
 
 def format_conversation(conversation: Sequence[Message]) -> str:

@@ -102,6 +102,7 @@ from .parser import (
     update_json_schema,
 )
 from .prompt import build_update_prompt, repair_prompt
+from .prompt_facts import facts_for_prompt
 from .rejections import Rejection, count, describe
 
 logger = logging.getLogger(__name__)
@@ -109,6 +110,8 @@ _INSERT_CALL = memory_llm_calls.insert()
 """The usage row of one LLM call (its values bound per call: one compiled statement)."""
 
 MAX_SAVE_ATTEMPTS = 6
+PROMPT_MATCHES = 200
+"""How many of the conversation's best text matches a memory too large for the prompt offers."""
 CONFLICT_BACKOFF_SECONDS = 0.05
 """The first back-off after a version conflict; each next one doubles, each a random part of
 it (full jitter), so writers that collided do not collide again in step."""
@@ -609,6 +612,14 @@ class _Run:
         self.offer = review.offer(
             memory, self.config, utcnow(), self.counter(), review_only=self.review_only
         )
+        shown = facts_for_prompt(
+            memory,
+            conversation,
+            self.config.update_memory_max_tokens,
+            self.counter(),
+            lambda terms: self.match(memory, terms),
+            first=self.offer.stale,
+        )
         prompt = build_update_prompt(
             memory,
             conversation,
@@ -616,6 +627,7 @@ class _Run:
             reinforcement=reinforcement,
             context=context,
             review=self.offer.text,
+            shown=shown,
         )
         # The client's own temperature (an LLMClient's, or the one a wrapper holds).
         base = getattr(getattr(self.llm, "inner", self.llm), "temperature", 0.0)
@@ -645,6 +657,17 @@ class _Run:
             )
             messages = repair_prompt(prompt, error, cut_at=cut_at)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def match(self, memory: MemoryDocument, terms: list[str]) -> Sequence[tuple[str, float]]:
+        """The memory's facts holding any of ``terms``, best first; none when the index cannot
+        be read (the prompt then shows the newest facts)."""
+        try:
+            return self.storage.match_facts(memory, self.scope, terms, limit=PROMPT_MATCHES)
+        except StorageError as exc:
+            logger.warning(
+                "memory %s: the prompt's facts chosen without the index: %s", self.scope, exc
+            )
+            return []
 
     def ask(
         self, messages: list[dict[str, str]], temperature: float | None
