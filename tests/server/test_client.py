@@ -29,7 +29,9 @@ from memory_sql.client import (
     TooLarge,
     Unauthorized,
     Unreachable,
+    VersionConflict,
 )
+from memory_sql.database import create_engine
 from server.service_process import ServiceProcess
 
 TURNS = [
@@ -152,6 +154,70 @@ def test_the_async_client_and_tenants(
             assert (await b.context("alice")).context == ""
 
     asyncio.run(session())
+
+
+# A writer that always wins carol's memory row: the service's save, ``UPDATE memory_scopes
+# SET version = version + 1 WHERE … AND version = :expected``, finds no row to move, as when
+# another save moved the version first. Made in the real database by its owner.
+OUTRACED = {
+    "sqlite": [
+        "CREATE TRIGGER outraced BEFORE UPDATE OF version ON memory_scopes"
+        " WHEN OLD.user_id = 'carol' BEGIN SELECT RAISE(IGNORE); END"
+    ],
+    "postgresql": [
+        "CREATE FUNCTION outraced() RETURNS trigger LANGUAGE plpgsql AS"
+        " $$ BEGIN RETURN NULL; END $$",
+        "CREATE TRIGGER outraced BEFORE UPDATE OF version ON memory_scopes FOR EACH ROW"
+        " WHEN (OLD.user_id = 'carol') EXECUTE FUNCTION outraced()",
+    ],
+}
+OUTRACED_UNDONE = {
+    "sqlite": ["DROP TRIGGER outraced"],
+    "postgresql": ["DROP TRIGGER outraced ON memory_scopes", "DROP FUNCTION outraced()"],
+}
+
+
+def _execute(url: str, statements: list[str]) -> None:
+    engine = create_engine(url)
+    try:
+        with engine.begin() as connection:
+            for statement in statements:
+                connection.exec_driver_sql(statement)
+    finally:
+        engine.dispose()
+
+
+def test_a_change_that_keeps_losing_to_other_saves_is_a_409_version_conflict(
+    limited: ServiceProcess, make_key: Callable[..., str], database_url: str
+) -> None:
+    """Without a version the service retries on the newest one; a change that still loses
+    answers 409 ``version_conflict`` (a stale version given is 412, :class:`StaleVersion`),
+    which the client raises as :class:`VersionConflict`, and nothing is stored."""
+    backend = database_url.split(":", 1)[0].split("+", 1)[0]
+    with MemoryClient(limited.base_url, api_key=make_key("acme")) as memory:
+        added = memory.add_fact("carol", "Drinks oat milk", category="preference")
+        before = memory.get_memory("carol")
+        _execute(database_url, OUTRACED[backend])
+        try:
+            with pytest.raises(VersionConflictError) as lost:
+                memory.update_fact("carol", added.fact.id, content="Drinks soy milk")
+            after = memory.get_memory("carol")
+            history = memory.fact_history("carol", added.fact.id)
+        finally:
+            _execute(database_url, OUTRACED_UNDONE[backend])
+        assert type(lost.value) is VersionConflict
+        assert (lost.value.status, lost.value.code) == (409, "version_conflict")
+        assert lost.value.scope == "carol/-"
+        assert lost.value.message.startswith("memory acme/carol/- changed")
+        assert after.version == before.version == 1
+        assert [(f.id, f.content, f.category) for f in after.facts] == [
+            (added.fact.id, "Drinks oat milk", "preference")
+        ]
+        assert [e.event for e in history.events] == ["added"]
+
+        # The writer gone, the same change goes through: the conflict was the only obstacle.
+        changed = memory.update_fact("carol", added.fact.id, content="Drinks soy milk")
+        assert (changed.fact.content, changed.version) == ("Drinks soy milk", 2)
 
 
 def test_no_answer_is_unreachable_and_a_missing_key_is_named(monkeypatch) -> None:

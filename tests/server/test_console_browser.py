@@ -292,6 +292,19 @@ def test_edit_a_fact_and_see_its_history(browser, site):
     assert [cells[1].text for cells in events] == ["updated", "added"]
     assert [cells[4].text for cells in events] == ["0.75", "0.90"]
     assert int(events[0][0].text) == version + 1
+    # The text before and after each change, under their headings: the edit's old and new
+    # text, the text the fact was added with, and nothing of the refused stale edit.
+    headings = texts(all_css(browser, "#history thead th"))
+    assert {"Before", "After"} <= set(headings)
+    rows = all_css(browser, "#history tbody tr")
+    before = [row.find_element("css selector", "td.content_before").text for row in rows]
+    after = [row.find_element("css selector", "td.content_after").text for row in rows]
+    assert before == ["Writes services in Python", ""]
+    assert after == ["Writes every service in Python 3.12", "Writes services in Python"]
+    for cells, old, new in zip(events, before, after, strict=True):
+        assert cells[headings.index("Before")].text == old
+        assert cells[headings.index("After")].text == new
+    assert "A stale edit" not in by_css(browser, "#history").text
     shot(browser, site, "history")
 
 

@@ -12,8 +12,17 @@ from typing import Any
 import httpx
 import pytest
 from llm_server import ScriptedLLM
+from sqlalchemy import select
 
 from memory_sql.database import create_engine
+from memory_sql.schema import (
+    memory_fact_events,
+    memory_facts,
+    memory_pending_updates,
+    memory_scopes,
+    memory_sections,
+    memory_watermarks,
+)
 from memory_sql.server.keys import create_key
 from server.conftest import service_settings_for
 from server.mcp_session import TOOLS, error, ok, over_http
@@ -204,6 +213,7 @@ def test_a_request_without_a_valid_key_is_refused_before_the_protocol(
         run(refused())
 
 
+KEPT = "<the kept fact's id>"
 HOSTILE: list[tuple[str, dict[str, Any], str]] = [
     ("add_fact", {"user_id": "alice", "content": 5}, "content"),
     ("add_fact", {"user_id": "alice", "content": ""}, "content"),
@@ -228,20 +238,79 @@ HOSTILE: list[tuple[str, dict[str, Any], str]] = [
         "role",
     ),
     ("get_context", {"user_id": "alice", "query": "q" * 10_001}, "query"),
+    # NUL bytes, which SQLite stores and PostgreSQL's text refuses: every argument that
+    # reaches the database is refused before it does, the same on both backends.
+    ("add_fact", {"user_id": "al\x00ice", "content": "ok"}, "user_id"),
+    ("add_fact", {"user_id": "alice", "agent_name": "co\x00der", "content": "ok"}, "agent_name"),
+    ("add_fact", {"user_id": "alice", "content": "ok", "category": "pre\x00f"}, "category"),
+    (
+        "update_fact",
+        {"user_id": "alice", "fact_id": KEPT, "content": "a\x00b", "version": 1},
+        "NUL",
+    ),
+    (
+        "update_fact",
+        {"user_id": "alice", "fact_id": KEPT, "category": "a\x00b", "version": 1},
+        "category",
+    ),
+    ("update_fact", {"user_id": "alice", "fact_id": "fact\x00", "confidence": 0.5}, "no fact"),
+    ("delete_fact", {"user_id": "alice", "fact_id": "fact\x00"}, "no fact"),
+    ("delete_fact", {"user_id": "al\x00ice", "fact_id": KEPT, "version": 1}, "user_id"),
+    ("search_facts", {"user_id": "alice", "category": "a\x00b"}, "category"),
+    ("fact_history", {"user_id": "alice", "fact_id": "fact\x00"}, "no fact"),
+    ("fact_history", {"user_id": "alice", "fact_id": KEPT, "after": "1:a\x00b"}, "cursor"),
+    ("get_memory", {"user_id": "al\x00ice"}, "user_id"),
+    (
+        "remember_conversation",
+        {"user_id": "alice", "messages": [{"role": "user", "content": "I use \x00 vim"}]},
+        "NUL",
+    ),
+    (
+        "remember_conversation",
+        {"user_id": "alice", "thread_id": "t\x00", "messages": [{"role": "user", "content": "hi"}]},
+        "thread_id",
+    ),
 ]
+STORED = (
+    memory_scopes,
+    memory_sections,
+    memory_facts,
+    memory_fact_events,
+    memory_pending_updates,
+    memory_watermarks,
+)
 
 
-@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def _stored(url: str) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of the memory tables, as the tables' owner reads them."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            return {
+                table.name: sorted(
+                    (tuple(map(repr, row)) for row in connection.execute(select(table))),
+                )
+                for table in STORED
+            }
+    finally:
+        engine.dispose()
+
+
 def test_hostile_arguments_are_errors_naming_the_problem_and_store_nothing(
-    service: ServiceProcess, make_key: Callable[..., str]
+    service: ServiceProcess, make_key: Callable[..., str], database_url: str
 ) -> None:
     key = make_key("acme")
+    before: dict[str, list[tuple[Any, ...]]] = {}
 
     async def session() -> list[tuple[str, str]]:
         misses = []
         async with over_http(service.base_url, key) as mcp:
-            ok(await mcp.call_tool("add_fact", {"user_id": "alice", "content": "Kept"}))
+            kept = ok(await mcp.call_tool("add_fact", {"user_id": "alice", "content": "Kept"}))
+            before.update(_stored(database_url))
             for tool, arguments, named in HOSTILE:
+                arguments = {
+                    k: kept["fact"]["id"] if v == KEPT else v for k, v in arguments.items()
+                }
                 text = error(await mcp.call_tool(tool, arguments))
                 if named not in text:
                     misses.append((tool, text))
@@ -253,6 +322,8 @@ def test_hostile_arguments_are_errors_naming_the_problem_and_store_nothing(
         return misses
 
     assert run(session()) == []
+    assert before["memory_facts"] and before["memory_fact_events"]  # the kept fact is seen
+    assert _stored(database_url) == before
     assert "Traceback" not in service.log
 
 
