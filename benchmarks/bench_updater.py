@@ -10,7 +10,8 @@ with the memory rendered as this prompt does and, for comparison, as indented JS
 string HTML-escaped (DeerFlow's ``<current_memory>``). Last, the staleness review's cost on a
 1 000-fact memory (a third of it a year old): the prompt's tokens with the stale candidates
 marked (and, separately, consolidation offered) against the same prompt without, and the time
-:func:`memory_sql.update.review.offer` takes.
+:func:`memory_sql.update.review.offer` takes. Then the prompt of memories of 200 to 10 000
+facts, whole against as the updater sends it (:mod:`memory_sql.update.prompt_facts`).
 """
 
 from __future__ import annotations
@@ -37,12 +38,14 @@ from memory_sql.models import (
     MemoryDocument,
     utcnow,
 )
+from memory_sql.scope import Scope
 from memory_sql.storage import open_storage
 from memory_sql.tokens import make_token_counter
 from memory_sql.update import review
 from memory_sql.update.parser import parse_update
 from memory_sql.update.prompt import build_update_prompt, format_memory
-from memory_sql.update.updater import apply_update
+from memory_sql.update.prompt_facts import facts_for_prompt
+from memory_sql.update.updater import PROMPT_MATCHES, apply_update
 
 WORDS = [
     "prefers",
@@ -214,6 +217,58 @@ def main() -> None:
     )
 
     review_cost(rng, conversation, tokens)
+    large_memory_prompt(rng, conversation, tokens)
+
+
+def large_memory_prompt(rng: random.Random, conversation: Any, tokens: Any) -> None:
+    """The update prompt of a large memory: listed whole against what the updater lists within
+    ``update_memory_max_tokens`` (the conversation's matches through SQLite's index, the
+    newest), and the time that choice takes."""
+    budget = MemoryConfig().update_memory_max_tokens
+    print(
+        f"\nUpdate prompt of a large memory, tokens ({tokens.name}); listed within"
+        f" update_memory_max_tokens {budget}"
+    )
+    print(f"  {'facts':>6} {'whole memory':>13} {'as sent':>9} {'ratio':>7} {'listed':>8} choice")
+    for size in (200, 1000, 10_000):
+        whole, sent, listed, seconds = _prompt_of(memory(rng, size), conversation, tokens, budget)
+        print(
+            f"  {size:>6,} {whole:>13,} {sent:>9,} {sent / whole:>6.2f}x {listed:>8,}"
+            f" {fmt(seconds)}"
+        )
+
+
+def _prompt_of(doc: MemoryDocument, conversation: Any, tokens: Any, budget: int) -> tuple:
+    """Prompt tokens whole and as sent, the facts listed, the seconds the choice takes."""
+    with tempfile.TemporaryDirectory() as tmp:
+        url = f"sqlite:///{Path(tmp) / 'large.db'}"
+        migrations.upgrade(url)
+        store = open_storage(url)
+        store.save(doc, **SCOPE)
+        doc = store.load(**SCOPE)
+        scope = Scope.of(**SCOPE)
+
+        def choose() -> Any:
+            return facts_for_prompt(
+                doc,
+                conversation,
+                budget,
+                tokens,
+                lambda terms: store.match_facts(doc, scope, terms, limit=PROMPT_MATCHES),
+            )
+
+        shown = choose()
+        seconds = median_seconds(choose, number=10)
+        store.close()
+
+    def prompt_tokens(listed: Any) -> int:
+        messages = build_update_prompt(
+            doc, conversation, correction=False, reinforcement=False, shown=listed
+        )
+        return sum(tokens.count(m["content"]) for m in messages)
+
+    listed = len(doc.facts) if shown is None else len(shown)
+    return prompt_tokens(None), prompt_tokens(shown), listed, seconds
 
 
 def review_cost(rng: random.Random, conversation: Any, tokens: Any) -> None:

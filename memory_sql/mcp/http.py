@@ -27,11 +27,11 @@ from ..errors import MemorySQLError
 from ..scope import Scope as MemoryScope
 from ..server.auth import TENANT_HEADER, identify
 from ..server.errors import ApiError, error_response
+from ..server.mcp_mount import PATH
 from ..server.state import ServerState
 from .backends import LocalMemory
 from .tools import Access, build_server
 
-PATH = "/mcp"
 USER_HEADER = "X-Memory-User"
 _ACCESS = "memory_sql_mcp_access"
 

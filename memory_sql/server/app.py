@@ -2,7 +2,8 @@
 
 Routes are plain ``def`` functions (but the import, which awaits its body first): FastAPI runs
 them in its thread pool, as the library is synchronous. ``/mcp`` serves the MCP
-server (:mod:`memory_sql.mcp.http`) with the same keys. The
+server (:mod:`memory_sql.mcp.http`, built at its first request: :mod:`.mcp_mount`) with the
+same keys. The
 :class:`~memory_sql.server.state.ServerState` is built when the application starts (so
 building the app touches no database) and closed when it stops.
 """
@@ -17,9 +18,9 @@ from fastapi import FastAPI
 from starlette.routing import Route
 
 from ..config import MemoryConfig
-from ..mcp.http import PATH as MCP_PATH
-from ..mcp.http import McpEndpoint
 from . import console, docs, errors
+from .mcp_mount import PATH as MCP_PATH
+from .mcp_mount import LazyMcp
 from .metrics import Metrics
 from .request_log import RequestLog
 from .requests import RequestMiddleware
@@ -37,7 +38,7 @@ def create_app(config: MemoryConfig | None = None, *, with_worker: bool = True) 
     config = config if config is not None else MemoryConfig.from_env()
     metrics = Metrics()
 
-    mcp = McpEndpoint(lambda: app.state.memory)
+    mcp = LazyMcp(lambda: app.state.memory)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
