@@ -16,7 +16,7 @@ demo: $(VENV)/.installed  ## store and show a sample memory on the embedded SQLi
 
 # Three test processes on two cores: most tests wait on servers, subprocesses and databases.
 test: lint  ## lint, then the whole suite (SQLite, PostgreSQL on 127.0.0.1:5432, files)
-	$(BIN)/pytest -n 3
+	$(BIN)/pytest -n 3 --dist worksteal
 
 quick: lint  ## the edit-test loop: the suite without the slow fault tests and the HTTP service
 	$(BIN)/pytest -n 3 -q -m "not slow" --ignore=tests/server
