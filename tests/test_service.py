@@ -360,10 +360,11 @@ def test_the_seed_storage_use_form_builds_that_class(tmp_path, llm, scope):
 
 
 def test_a_run_longer_than_its_lease_is_not_run_twice(make_service, llm, scope):
-    service = make_service(debounce_seconds=0, lease_seconds=0.6, workers=2)
+    # renewed every 0.5 s: a loaded machine may delay a renewal by up to a second
+    service = make_service(debounce_seconds=0, lease_seconds=1.5, workers=2)
 
     def slow_learn(body: dict) -> str:
-        time.sleep(2.0)  # three leases long: renewals must keep the row ours
+        time.sleep(4.5)  # three leases long: renewals must keep the row ours
         return learn(body)
 
     llm.responder = slow_learn
