@@ -17,13 +17,19 @@ a fact not shown is counted as a confirmation, never stored twice.
 
 from __future__ import annotations
 
+import functools
+import heapq
 from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, timezone
 
 from ..intake.messages import Message
 from ..models import Fact, MemoryDocument
 from ..text_search import query_terms
 from ..tokens import TokenCounter
 from .prompt import fact_line
+
+LINE_TOKENS = 4
+"""Fewer tokens than any fact's line has (``- <id> | <category> | 0.80 | <content>``)."""
 
 Matcher = Callable[[list[str]], Sequence[tuple[str, float]]]
 """Fact ids (with scores, best first) of the memory that hold any of the given terms."""
@@ -46,7 +52,7 @@ def facts_for_prompt(
     def cost(fact: Fact) -> int:
         known = costs.get(fact.id)
         if known is None:
-            known = costs[fact.id] = counter.count(fact_line(fact) + "\n")
+            known = costs[fact.id] = _line_cost(counter, fact_line(fact))
         return known
 
     used = 0
@@ -58,7 +64,8 @@ def facts_for_prompt(
         return None
 
     by_id = {fact.id: fact for fact in memory.facts}
-    newest = [fact.id for fact in sorted(memory.facts, key=_changed, reverse=True)]
+    # a line is at least LINE_TOKENS tokens: the newest beyond these could not fit
+    newest = [f.id for f in heapq.nlargest(budget // LINE_TOKENS + 1, memory.facts, key=_changed)]
     matched = [fact_id for fact_id, _ in match(_terms(conversation))] if conversation else []
     chosen: dict[str, None] = {}
     used = 0
@@ -88,7 +95,17 @@ def _terms(conversation: Sequence[Message]) -> list[str]:
     return query_terms("\n".join(texts))
 
 
-def _changed(fact: Fact) -> tuple[float, float]:
+@functools.lru_cache(maxsize=50_000)
+def _line_cost(counter: TokenCounter, line: str) -> int:
+    """The tokens of one fact's line, kept across updates (a worker updates the same memories
+    again and again, and most of their lines are unchanged)."""
+    return counter.count(line + "\n")
+
+
+_NEVER = datetime.min.replace(tzinfo=timezone.utc)
+
+
+def _changed(fact: Fact) -> tuple[datetime, datetime]:
     """Newest first by the last change, then by creation (facts saved together)."""
-    created = fact.created_at.timestamp() if fact.created_at else 0.0
-    return (fact.updated_at.timestamp() if fact.updated_at else created, created)
+    created = fact.created_at or _NEVER
+    return (fact.updated_at or created, created)
