@@ -5,6 +5,7 @@ in the queue afterwards (none lost, none only in a dead process's memory)."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import Counter
@@ -24,7 +25,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 CLIENTS = 16
 TENANTS = 4
-OUTAGE_SECONDS = 8.0  # the issue's run had 20 s; 8 s shows the same and keeps the suite short
+# The issue's run had 20 s (MEMORY_SQL_TEST_OUTAGE_SECONDS=20 runs it so); 8 s shows the same
+# and keeps the suite short.
+OUTAGE_SECONDS = float(os.environ.get("MEMORY_SQL_TEST_OUTAGE_SECONDS", "8"))
 MESSAGES = [
     {"role": "user", "content": "I deploy everything on Kubernetes and like green tea."},
     {"role": "assistant", "content": "Understood."},
