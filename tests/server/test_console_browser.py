@@ -447,6 +447,56 @@ class _AttackerPage:
         self.server.server_close()
 
 
+def test_filter_download_and_forget_a_user(browser, site):
+    engine = create_engine(site.url)  # the tables' owner seeds dave
+    storage = SQLStorage(engine)
+    for content, agent in (("Rides a cargo bike", None), ("Reviews Go code", "coder")):
+        ops.add_fact(storage, content, user_id="dave", agent_name=agent, tenant_id="acme")
+    storage.close()
+    engine.dispose()
+
+    sign_in(browser, site, site.reader)
+    browser.get(f"{site.base}/console/users/alice?agent=coder&category=context")
+    assert texts(all_css(browser, ".fact-text")) == ["Works on billing at Acme"]
+    assert all_css(browser, "#forget") == []  # not an admin
+    href = by_css(browser, "#export").get_attribute("href")
+    session = browser.get_cookie("memory_sql_console")["value"]
+    csrf = by_css(browser, "input[name=csrf]").get_attribute("value")
+    with httpx.Client(cookies={"memory_sql_console": session}) as http:
+        download = http.get(href)
+        assert download.status_code == 200, download.text
+        assert download.headers["content-disposition"].startswith("attachment;")
+        assert "alice-coder.memory.json" in download.headers["content-disposition"]
+        contents = {fact["content"] for fact in download.json()["facts"]}
+        assert contents == {"Writes services in Python", "Works on billing at Acme"}
+        refused = http.post(
+            f"{site.base}/console/users/dave/forget",
+            data={"csrf": csrf, "confirm": "dave"},
+            headers={"Origin": site.base},
+        )
+        assert refused.status_code == 403 and "cannot admin" in refused.text
+    assert len(facts_of(site, "dave", agent="*")) == 2
+
+    sign_in(browser, site, site.admin)
+    browser.get(f"{site.base}/console/users/dave")
+    by_css(browser, "details.forget summary").click()
+    by_css(browser, "#confirm-forget").send_keys("bob")  # the wrong user
+    follow(browser, by_css(browser, "#forget-user"))
+    assert "type the user's id (dave)" in by_css(browser, ".error").text
+    assert len(facts_of(site, "dave", agent="*")) == 2
+    by_css(browser, "details.forget summary").click()
+    by_css(browser, "#confirm-forget").send_keys("dave")
+    shot(browser, site, "forget")
+    follow(browser, by_css(browser, "#forget-user"))
+    notice = by_css(browser, ".notice").text
+    assert notice.startswith("forgot dave: deleted") and "2 memory_facts" in notice
+    assert "dave" not in texts(all_css(browser, "#users a.user"))
+    assert "alice" in texts(all_css(browser, "#users a.user"))
+    assert facts_of(site, "dave", agent="*") == []
+    browser.get(f"{site.base}/console/users/dave")
+    assert "no memory of user 'dave'" in browser.page_source
+
+
 def test_a_forged_cross_site_post_is_refused(browser, site):
     sign_in(browser, site, site.admin)
     browser.get(f"{site.base}/console/users/bob")

@@ -11,6 +11,7 @@ the API would answer.
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -257,8 +258,10 @@ def users(console: SignedIn, q: str = "") -> Response:
 
 
 @router.get("/users/{user_id}")
-def memory(console: SignedIn, user_id: str, agent: str = "", q: str = "") -> Response:
-    return _memory_page(console, user_id, _agent(agent), q=q)
+def memory(
+    console: SignedIn, user_id: str, agent: str = "", q: str = "", category: str = ""
+) -> Response:
+    return _memory_page(console, user_id, _agent(agent), q=q, category=category)
 
 
 def _memory_page(
@@ -267,6 +270,7 @@ def _memory_page(
     agent: str | None,
     *,
     q: str = "",
+    category: str = "",
     notice: str | None = None,
     error: str | None = None,
     status: int = 200,
@@ -293,6 +297,9 @@ def _memory_page(
             facts = [record.fact for record in found]
     if doc.version == 0 and not summary:
         return console.page("error.html", 404, message=f"no memory of user {user_id!r}")
+    category = category.strip()
+    if category:
+        facts = [fact for fact in facts if fact.category == category]
     sections = doc.sections()
     return console.page(
         "memory.html",
@@ -303,6 +310,8 @@ def _memory_page(
         doc=doc,
         facts=sorted(facts, key=lambda f: -f.confidence) if not q.strip() else facts,
         sections=[(name, sections[name]) for name in SECTION_NAMES],
+        categories=sorted({fact.category for fact in doc.facts}),
+        category=category,
         q=q,
         notice=notice,
         error=error,
@@ -431,6 +440,50 @@ def fact_history(console: SignedIn, user_id: str, fact_id: str, agent: str = "")
 
 
 # The queue ----------------------------------------------------------------------------------
+
+
+@router.get("/users/{user_id}/memory.json")
+def export_memory(console: SignedIn, user_id: str, agent: str = "") -> Response:
+    """The memory of ``user_id`` (one agent's) as DeerFlow's memory.json, downloaded."""
+    caller = console.caller
+    scope, problem, code = _attempt(
+        lambda: Scope.of(user_id=user_id, agent_name=_agent(agent), tenant_id=caller.tenant_id)
+    )
+    if scope is None:
+        return console.page("error.html", code, message=problem)
+    with caller.acting():
+        doc = console.state.storage.load(**scope.arguments())
+    if doc.version == 0:
+        return console.page("error.html", 404, message=f"no memory of user {user_id!r}")
+    name = f"{scope.user_id}-{scope.agent_name or 'no-agent'}.memory.json"
+    return Response(
+        json.dumps(doc.to_deerflow(), ensure_ascii=False, indent=2),
+        media_type="application/json",
+        headers={**HEADERS, "Content-Disposition": f"attachment; filename*=UTF-8''{quote(name)}"},
+    )
+
+
+@router.post("/users/{user_id}/forget")
+def forget(console: Posted, user_id: str, confirm: Annotated[str, Form()] = "") -> Response:
+    """Delete everything of ``user_id`` in the tenant (admin; the id typed again)."""
+
+    def apply() -> dict[str, int]:
+        console.need("admin")
+        if confirm.strip() != user_id:
+            raise Refused(400, f"type the user's id ({user_id}) to confirm forgetting them")
+        with console.caller.acting():
+            return ops.forget_user(
+                console.state.engine, user_id, tenant_id=console.caller.tenant_id
+            )
+
+    deleted, problem, code = _attempt(apply)
+    if deleted is None:
+        return _memory_page(console, user_id, None, error=problem, status=code)
+    with console.caller.acting():
+        found = ops.list_users(console.state.engine, tenant_id=console.caller.tenant_id, limit=200)
+    counts = ", ".join(f"{count} {table}" for table, count in deleted.items())
+    notice = f"forgot {user_id}: deleted {counts}"
+    return console.page("users.html", users=found, q="", notice=notice)
 
 
 @router.get("/queue")
