@@ -1,6 +1,6 @@
-"""A tenant's daily budget of memory-LLM calls: checked before the call, its updates then wait
-(kept in the queue, the reason as their last error) while other tenants go on; the service
-says so. Real SQLite files, the scripted LLM, a real ``memory-sql serve``."""
+"""A tenant's daily budget of memory-LLM calls and tokens: checked before the call, its
+updates then wait (kept in the queue, the reason as their last error) while other tenants go
+on; the service says so. Real SQLite files, the scripted LLM, a real ``memory-sql serve``."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from test_service import chat, learn
 from memory_sql import MemoryService, migrations
 from memory_sql.database import create_engine
 from memory_sql.ops.reports import build_report
+from memory_sql.schema import memory_llm_calls
 from memory_sql.schema import memory_pending_updates as pending
 from memory_sql.server.keys import create_key
 
@@ -113,3 +114,61 @@ def test_the_updates_held_by_the_budget_show_in_the_usage_view_and_the_report(
     assert held_here >= 2  # each of the two waiting updates held at least once
     assert report["totals"]["held_over_budget"] == held_here
     assert report["llm_usage"][0]["held_over_budget"] == held_here
+
+
+NOTHING_LEARNED = '{"user": {}, "history": {}, "newFacts": [], "factsToRemove": []}'
+
+
+@pytest.mark.parametrize(
+    "database", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+)
+def test_a_tenant_over_its_daily_tokens_waits_and_others_go_on(database, request, llm):
+    for _ in range(4):  # every call costs 600 + 400 tokens, whoever makes it
+        llm.reply(NOTHING_LEARNED, prompt_tokens=600, completion_tokens=400)
+    url = request.getfixturevalue("sqlite_url" if database == "sqlite" else "own_pg_url")
+    config = llm_config(
+        llm, storage=url, debounce_seconds=0, workers=1, llm_daily_tokens_per_tenant=1000
+    )
+    with MemoryService(config) as service:
+        for n in range(3):
+            assert service.after_agent(chat(f"tea{n}"), thread_id=f"t{n}", tenant_id="thrifty")
+        assert service.after_agent(chat("coffee"), thread_id="c", tenant_id="other")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and (
+            len(llm.requests) < 2 or service.status()["over_budget"] < 2
+        ):
+            time.sleep(0.1)
+        time.sleep(0.5)  # time for a call the budget failed to stop
+        status = service.status()
+        with service.queue.engine.connect() as conn:
+            waiting = conn.execute(
+                sa.select(pending.c.tenant_id, pending.c.attempts, pending.c.last_error)
+            ).all()
+            spent = conn.execute(
+                sa.select(
+                    memory_llm_calls.c.tenant_id,
+                    memory_llm_calls.c.prompt_tokens + memory_llm_calls.c.completion_tokens,
+                ).order_by(memory_llm_calls.c.tenant_id)
+            ).all()
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            usage = conn.execute(
+                sa.text(
+                    "SELECT tenant_id, calls, prompt_tokens + completion_tokens, "
+                    "held_over_budget FROM memory_report_llm_usage ORDER BY tenant_id"
+                )
+            ).all()
+    finally:
+        engine.dispose()
+    # One call of the thrifty tenant's used its 1 000 tokens; the other tenant's still ran.
+    assert len(llm.requests) == 2
+    assert [tuple(row) for row in spent] == [("other", 1000), ("thrifty", 1000)]
+    assert [row.tenant_id for row in waiting] == ["thrifty", "thrifty"]  # kept, not lost
+    assert all("llm_daily_tokens_per_tenant 1000" in row.last_error for row in waiting)
+    assert all(row.attempts == 0 for row in waiting)  # waiting costs no attempt
+    assert status["over_budget"] >= 2 and status["failed"] == 0
+    assert [tuple(row) for row in usage] == [
+        ("other", 1, 1000, 0),
+        ("thrifty", 1, 1000, status["over_budget"]),
+    ]

@@ -1,12 +1,14 @@
 """What anyone can send without a key is bounded: metrics labels from a closed set, request
 heads and bodies with deadlines (``/healthz`` answers while slow clients hold connections),
-queue gauges read at most once per interval, refusals logged at a bounded rate, and a clean
-SIGTERM exits 0. A real ``memory-sql serve`` on a SQLite database, raw sockets and httpx."""
+idle kept-alive connections closed, a limit of open connections (503 past it), queue gauges
+read at most once per interval, refusals logged at a bounded rate, and a clean SIGTERM exits 0.
+A real ``memory-sql serve`` on a SQLite database, raw sockets and httpx."""
 
 from __future__ import annotations
 
 import logging
 import re
+import select
 import socket
 import time
 
@@ -40,9 +42,42 @@ def service(tmp_path_factory):
         yield running
 
 
+@pytest.fixture(scope="module")
+def small_service(tmp_path_factory):
+    """A service taking 4 connections at once and keeping an idle one alive for 1 s, its
+    header deadline (5 s) well past that, so what closes an idle connection is keep-alive."""
+    folder = tmp_path_factory.mktemp("small")
+    with ScriptedLLM() as llm:
+        settings = {
+            **settings_in(folder, llm),
+            "server_header_timeout_seconds": 5.0,
+            "server_keep_alive_seconds": 1.0,
+            "server_max_connections": 4,
+        }
+        with ServiceProcess(folder, settings) as running:
+            yield running
+
+
 def raw(service: ServiceProcess) -> socket.socket:
     connection = socket.create_connection(("127.0.0.1", service.port), timeout=10)
     return connection
+
+
+def exchange(connection: socket.socket, path: str = "/healthz") -> bytes:
+    """Send one whole GET on ``connection`` and read its whole answer (head and body)."""
+    connection.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        chunk = connection.recv(4096)
+        assert chunk, answer
+        answer += chunk
+    head, body = answer.split(b"\r\n\r\n", 1)
+    length = int(re.search(rb"(?im)^content-length: *(\d+)", head).group(1))  # type: ignore[union-attr]
+    while len(body) < length:
+        chunk = connection.recv(4096)
+        assert chunk, answer
+        body += chunk
+    return head + b"\r\n\r\n" + body
 
 
 def test_made_up_methods_and_paths_become_no_new_metrics_labels(service):
@@ -145,3 +180,49 @@ def test_a_clean_sigterm_exits_0(tmp_path, llm):
     with service.client() as http:
         assert http.get("/healthz").status_code == 200
     assert service.stop() == 0, service.log
+
+
+def test_past_server_max_connections_open_connections_the_answer_is_503(small_service):
+    held = [raw(small_service) for _ in range(3)]  # open, sending nothing
+    try:
+        # The fourth connection is within server_max_connections (4): served.
+        assert httpx.get(f"{small_service.base_url}/healthz", timeout=2).status_code == 200
+        held.append(raw(small_service))
+        refused = httpx.get(f"{small_service.base_url}/healthz", timeout=2)  # the fifth
+        assert refused.status_code == 503, refused.text
+        assert refused.headers["connection"] == "close"
+    finally:
+        for connection in held:
+            connection.close()
+    deadline = time.monotonic() + 3
+    while True:  # the server sees the closes at once; allow it a moment on a loaded machine
+        answer = httpx.get(f"{small_service.base_url}/healthz", timeout=2)
+        if answer.status_code == 200 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert answer.status_code == 200
+    assert "Exceeded concurrency limit." in small_service.log
+
+
+def test_an_idle_kept_alive_connection_is_closed_after_server_keep_alive_seconds(small_service):
+    idle, busy = raw(small_service), raw(small_service)
+    try:
+        assert exchange(idle).startswith(b"HTTP/1.1 200")
+        started = time.monotonic()
+        closed_after = None
+        answers = []
+        # For 3 s (three times server_keep_alive_seconds): a request on ``busy`` every 0.4 s,
+        # ``idle`` watched for the server's close.
+        while time.monotonic() - started < 3:
+            answers.append(exchange(busy)[:12])
+            if closed_after is None and select.select([idle], [], [], 0.4)[0]:
+                assert idle.recv(100) == b""  # nothing but the close
+                closed_after = time.monotonic() - started
+            elif closed_after is not None:
+                time.sleep(0.4)
+        answers.append(exchange(busy)[:12])  # still open, still served
+    finally:
+        idle.close()
+        busy.close()
+    assert closed_after is not None and 0.7 < closed_after < 2.5, closed_after
+    assert answers == [b"HTTP/1.1 200"] * len(answers) and len(answers) >= 6
