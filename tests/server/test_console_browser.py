@@ -450,14 +450,21 @@ class _AttackerPage:
 def test_filter_download_and_forget_a_user(browser, site):
     engine = create_engine(site.url)  # the tables' owner seeds dave
     storage = SQLStorage(engine)
-    for content, agent in (("Rides a cargo bike", None), ("Reviews Go code", "coder")):
-        ops.add_fact(storage, content, user_id="dave", agent_name=agent, tenant_id="acme")
+    for content, category, agent in (
+        ("Reviews Go code", "knowledge", "coder"),
+        ("Rides a cargo bike", "personal", "coder"),
+        ("Likes jazz", "preference", None),
+    ):
+        ops.add_fact(
+            storage, content, category=category, user_id="dave", agent_name=agent,
+            tenant_id="acme",
+        )  # fmt: skip
     storage.close()
     engine.dispose()
 
     sign_in(browser, site, site.reader)
-    browser.get(f"{site.base}/console/users/alice?agent=coder&category=context")
-    assert texts(all_css(browser, ".fact-text")) == ["Works on billing at Acme"]
+    browser.get(f"{site.base}/console/users/dave?agent=coder&category=personal")
+    assert texts(all_css(browser, ".fact-text")) == ["Rides a cargo bike"]
     assert all_css(browser, "#forget") == []  # not an admin
     href = by_css(browser, "#export").get_attribute("href")
     session = browser.get_cookie("memory_sql_console")["value"]
@@ -466,16 +473,16 @@ def test_filter_download_and_forget_a_user(browser, site):
         download = http.get(href)
         assert download.status_code == 200, download.text
         assert download.headers["content-disposition"].startswith("attachment;")
-        assert "alice-coder.memory.json" in download.headers["content-disposition"]
+        assert "dave-coder.memory.json" in download.headers["content-disposition"]
         contents = {fact["content"] for fact in download.json()["facts"]}
-        assert contents == {"Writes services in Python", "Works on billing at Acme"}
+        assert contents == {"Reviews Go code", "Rides a cargo bike"}
         refused = http.post(
             f"{site.base}/console/users/dave/forget",
             data={"csrf": csrf, "confirm": "dave"},
             headers={"Origin": site.base},
         )
         assert refused.status_code == 403 and "cannot admin" in refused.text
-    assert len(facts_of(site, "dave", agent="*")) == 2
+    assert len(facts_of(site, "dave", agent="*")) == 3
 
     sign_in(browser, site, site.admin)
     browser.get(f"{site.base}/console/users/dave")
@@ -483,13 +490,13 @@ def test_filter_download_and_forget_a_user(browser, site):
     by_css(browser, "#confirm-forget").send_keys("bob")  # the wrong user
     follow(browser, by_css(browser, "#forget-user"))
     assert "type the user's id (dave)" in by_css(browser, ".error").text
-    assert len(facts_of(site, "dave", agent="*")) == 2
+    assert len(facts_of(site, "dave", agent="*")) == 3
     by_css(browser, "details.forget summary").click()
     by_css(browser, "#confirm-forget").send_keys("dave")
     shot(browser, site, "forget")
     follow(browser, by_css(browser, "#forget-user"))
     notice = by_css(browser, ".notice").text
-    assert notice.startswith("forgot dave: deleted") and "2 memory_facts" in notice
+    assert notice.startswith("forgot dave: deleted") and "3 memory_facts" in notice
     assert "dave" not in texts(all_css(browser, "#users a.user"))
     assert "alice" in texts(all_css(browser, "#users a.user"))
     assert facts_of(site, "dave", agent="*") == []

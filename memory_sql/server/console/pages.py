@@ -179,6 +179,15 @@ def _agent(agent: str | None) -> str | None:
     return agent or None
 
 
+def _scope(console: Console, user_id: str, agent: str | None) -> Scope | Response:
+    """The memory's scope in the caller's tenant, or the page naming what is wrong with it."""
+    tenant = console.caller.tenant_id
+    scope, problem, code = _attempt(
+        lambda: Scope.of(user_id=user_id, agent_name=agent, tenant_id=tenant)
+    )
+    return console.page("error.html", code, message=problem) if scope is None else scope
+
+
 # Signing in and out -----------------------------------------------------------------------
 
 
@@ -276,11 +285,9 @@ def _memory_page(
     status: int = 200,
 ) -> Response:
     caller = console.caller
-    scope, problem, code = _attempt(
-        lambda: Scope.of(user_id=user_id, agent_name=agent, tenant_id=caller.tenant_id)
-    )
-    if scope is None:
-        return console.page("error.html", code, message=problem)
+    scope = _scope(console, user_id, agent)
+    if isinstance(scope, Response):
+        return scope
     with caller.acting():
         doc = console.state.storage.load(**scope.arguments())
         summary = ops.list_users(console.state.engine, tenant_id=caller.tenant_id, user_id=user_id)
@@ -414,11 +421,9 @@ def _change_fact(
 @router.get("/users/{user_id}/facts/{fact_id}/history")
 def fact_history(console: SignedIn, user_id: str, fact_id: str, agent: str = "") -> Response:
     caller = console.caller
-    scope, problem, code = _attempt(
-        lambda: Scope.of(user_id=user_id, agent_name=_agent(agent), tenant_id=caller.tenant_id)
-    )
-    if scope is None:
-        return console.page("error.html", code, message=problem)
+    scope = _scope(console, user_id, _agent(agent))
+    if isinstance(scope, Response):
+        return scope
     with caller.acting():
         events, _ = history.change_log(console.state.engine, scope, fact_id=fact_id, limit=500)
         doc = console.state.storage.load(**scope.arguments())
@@ -439,18 +444,13 @@ def fact_history(console: SignedIn, user_id: str, fact_id: str, agent: str = "")
     )
 
 
-# The queue ----------------------------------------------------------------------------------
-
-
 @router.get("/users/{user_id}/memory.json")
 def export_memory(console: SignedIn, user_id: str, agent: str = "") -> Response:
     """The memory of ``user_id`` (one agent's) as DeerFlow's memory.json, downloaded."""
     caller = console.caller
-    scope, problem, code = _attempt(
-        lambda: Scope.of(user_id=user_id, agent_name=_agent(agent), tenant_id=caller.tenant_id)
-    )
-    if scope is None:
-        return console.page("error.html", code, message=problem)
+    scope = _scope(console, user_id, _agent(agent))
+    if isinstance(scope, Response):
+        return scope
     with caller.acting():
         doc = console.state.storage.load(**scope.arguments())
     if doc.version == 0:
@@ -484,6 +484,9 @@ def forget(console: Posted, user_id: str, confirm: Annotated[str, Form()] = "") 
     counts = ", ".join(f"{count} {table}" for table, count in deleted.items())
     notice = f"forgot {user_id}: deleted {counts}"
     return console.page("users.html", users=found, q="", notice=notice)
+
+
+# The queue ----------------------------------------------------------------------------------
 
 
 @router.get("/queue")
