@@ -100,20 +100,25 @@ def test_the_updates_held_by_the_budget_show_in_the_usage_view_and_the_report(
         held_here = service.status()["over_budget"]
     engine = create_engine(url)
     try:
-        with engine.connect() as conn:
-            rows = conn.execute(
-                sa.text(
-                    "SELECT tenant_id, calls, held_over_budget FROM memory_report_llm_usage "
-                    "ORDER BY tenant_id"
-                )
-            ).all()
         report = build_report(engine, tenant_id="thrifty")
     finally:
         engine.dispose()
-    assert [tuple(row) for row in rows] == [("other", 1, 0), ("thrifty", 1, held_here)]
+    rows = usage_view(url, "calls, held_over_budget")
+    assert rows == [("other", 1, 0), ("thrifty", 1, held_here)]
     assert held_here >= 2  # each of the two waiting updates held at least once
     assert report["totals"]["held_over_budget"] == held_here
     assert report["llm_usage"][0]["held_over_budget"] == held_here
+
+
+def usage_view(url: str, columns: str) -> list[tuple]:
+    """``columns`` of ``memory_report_llm_usage``, after the tenant, a tuple per row."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            query = f"SELECT tenant_id, {columns} FROM memory_report_llm_usage ORDER BY tenant_id"
+            return [tuple(row) for row in conn.execute(sa.text(query))]
+    finally:
+        engine.dispose()
 
 
 NOTHING_LEARNED = '{"user": {}, "history": {}, "newFacts": [], "factsToRemove": []}'
@@ -150,17 +155,7 @@ def test_a_tenant_over_its_daily_tokens_waits_and_others_go_on(database, request
                     memory_llm_calls.c.prompt_tokens + memory_llm_calls.c.completion_tokens,
                 ).order_by(memory_llm_calls.c.tenant_id)
             ).all()
-    engine = create_engine(url)
-    try:
-        with engine.connect() as conn:
-            usage = conn.execute(
-                sa.text(
-                    "SELECT tenant_id, calls, prompt_tokens + completion_tokens, "
-                    "held_over_budget FROM memory_report_llm_usage ORDER BY tenant_id"
-                )
-            ).all()
-    finally:
-        engine.dispose()
+    usage = usage_view(url, "calls, prompt_tokens + completion_tokens, held_over_budget")
     # One call of the thrifty tenant's used its 1 000 tokens; the other tenant's still ran.
     assert len(llm.requests) == 2
     assert [tuple(row) for row in spent] == [("other", 1000), ("thrifty", 1000)]
@@ -168,7 +163,7 @@ def test_a_tenant_over_its_daily_tokens_waits_and_others_go_on(database, request
     assert all("llm_daily_tokens_per_tenant 1000" in row.last_error for row in waiting)
     assert all(row.attempts == 0 for row in waiting)  # waiting costs no attempt
     assert status["over_budget"] >= 2 and status["failed"] == 0
-    assert [tuple(row) for row in usage] == [
+    assert usage == [
         ("other", 1, 1000, 0),
         ("thrifty", 1, 1000, status["over_budget"]),
     ]
