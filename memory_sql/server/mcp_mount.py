@@ -10,6 +10,7 @@ task group; every later request goes straight to that endpoint.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
@@ -49,7 +50,11 @@ class LazyMcp:
                 tasks.cancel_scope.cancel()
                 self._tasks = self._endpoint = None
 
+    path = PATH
+    """The route template the request log and the metrics show for ``/mcp``'s requests."""
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope.setdefault("route", self)  # a plain Starlette route leaves it unset
         endpoint = self._endpoint or await self._start()
         await endpoint(scope, receive, send)
 
@@ -58,7 +63,13 @@ class LazyMcp:
             raise RuntimeError("/mcp is served only while the application runs")
         async with self._lock:
             if self._endpoint is None:
+                started_at = time.monotonic()
                 endpoint = await anyio.to_thread.run_sync(self._build)
+                logger.info(
+                    "MCP server built at the first request to %s (%.2f s)",
+                    PATH,
+                    time.monotonic() - started_at,
+                )
                 started = anyio.Event()
                 running = False
 

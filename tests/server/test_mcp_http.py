@@ -34,6 +34,34 @@ def run(coroutine: Any) -> Any:
     return asyncio.run(coroutine)
 
 
+def test_the_first_requests_to_mcp_arriving_together_are_all_served(
+    service: ServiceProcess, make_key: Callable[..., str]
+) -> None:
+    """The MCP server is built at the first request to ``/mcp``: six sessions opened at once
+    on a service that has not built it yet all get their answers."""
+    key = make_key("acme", "write")
+    with service.client(key) as http:
+        assert http.get("/readyz").status_code == 200  # requests, none of them to /mcp
+    assert "MCP server built" not in service.log
+
+    async def one(user: str) -> str:
+        async with over_http(service.base_url, key) as mcp:
+            assert {tool.name for tool in (await mcp.list_tools()).tools} == TOOLS
+            added = ok(await mcp.call_tool("add_fact", {"user_id": user, "content": "Likes tea"}))
+            return added["fact"]["content"]
+
+    async def together() -> list[str]:
+        return await asyncio.gather(*(one(f"user{n}") for n in range(6)))
+
+    assert run(together()) == ["Likes tea"] * 6
+    assert service.log.count("MCP server built at the first request to /mcp") == 1
+    assert '"route": "/mcp"' in service.log and '"route": "unmatched"' not in service.log
+    with service.client(key) as http:
+        for n in range(6):
+            facts = http.get(f"/v1/users/user{n}/facts").json()["facts"]
+            assert [fact["content"] for fact in facts] == ["Likes tea"]
+
+
 def test_the_tools_answer_typed_results_for_the_keys_tenant(
     service: ServiceProcess, make_key: Callable[..., str]
 ) -> None:
