@@ -457,9 +457,42 @@ def latency(
             out[size] = interleaved(
                 {RANKED: ranked, UNRANKED: unranked}, number=settings.latency_calls
             )
+            if size == max(settings.latency_sizes):
+                out[size].update(ranked_parts(service, user, texts, settings.latency_calls))
         finally:
             service.close()
     return out
+
+
+MATCH, RANK = "the index's match", "scoring and spreading the matches"
+
+
+def ranked_parts(
+    service: MemoryService, user: str, texts: list[str], number: int
+) -> dict[str, list[float]]:
+    """Two parts of a ranked context, timed alone: the full-text index's match of the query's
+    terms (``match_facts``), and the score with the near-duplicate pass (``rank_facts``)."""
+    from memory_sql.recall.injection import fact_lines
+    from memory_sql.recall.ranking import rank_facts
+    from memory_sql.scope import Scope
+    from memory_sql.text_search import query_terms
+
+    recall, scope = service.recall, Scope.of(user_id=user)
+    doc = service.storage.load(user_id=user)
+    lines = fact_lines(doc, service.config.guaranteed_categories, recall.counter)
+    terms = [query_terms(text) for text in texts]
+    limit = recall.weights.candidates
+    found = [service.storage.match_facts(doc, scope, t, limit=limit) for t in terms]
+    turn = iter(range(10**9))
+
+    def match() -> None:
+        service.storage.match_facts(doc, scope, terms[next(turn) % len(terms)], limit=limit)
+
+    def rank() -> None:
+        matches = found[next(turn) % len(found)]
+        rank_facts(lines.facts_by_id, matches, recall.weights, terms=lines.terms)
+
+    return interleaved({MATCH: match, RANK: rank}, number=number)
 
 
 def print_latency(name: str, figures: dict[int, dict[str, list[float]]]) -> list[tuple[bool, str]]:
@@ -483,9 +516,17 @@ def print_latency(name: str, figures: dict[int, dict[str, list[float]]]) -> list
             f"{size:>7,} {cells[0]:>22} {cells[1]:>22}"
             f" {times(p50[size, RANKED], p50[size, UNRANKED]):>21}"
         )
+    big = max(figures)
+    for part in (MATCH, RANK):
+        if part in figures[big]:
+            times_ = figures[big][part]
+            print(
+                f"  of the ranked context at {big:,} facts, {part}: p50"
+                f" {fmt(statistics.median(times_)).strip()}"
+                f" ({statistics.median(times_) / p50[big, RANKED]:.0%})"
+            )
     out = []
     limit = 5e-3 if name == "PostgreSQL" else 3e-3
-    big = max(figures)
     if big == 10_000:
         out.append(
             (

@@ -93,9 +93,7 @@ def test_the_updates_held_by_the_budget_show_in_the_usage_view_and_the_report(
         llm, storage=url, debounce_seconds=0, workers=1, llm_daily_calls_per_tenant=1
     )
     with MemoryService(config) as service:
-        for n in range(3):
-            assert service.after_agent(chat(f"tea{n}"), thread_id=f"t{n}", tenant_id="thrifty")
-        assert service.after_agent(chat("coffee"), thread_id="c", tenant_id="other")
+        queue_thrifty_and_other(service)
         assert service.flush(timeout=5) is False  # two of the thrifty tenant's wait
         held_here = service.status()["over_budget"]
     engine = create_engine(url)
@@ -108,6 +106,13 @@ def test_the_updates_held_by_the_budget_show_in_the_usage_view_and_the_report(
     assert held_here >= 2  # each of the two waiting updates held at least once
     assert report["totals"]["held_over_budget"] == held_here
     assert report["llm_usage"][0]["held_over_budget"] == held_here
+
+
+def queue_thrifty_and_other(service: MemoryService) -> None:
+    """Three conversations of tenant "thrifty", then one of tenant "other"."""
+    for n in range(3):
+        assert service.after_agent(chat(f"tea{n}"), thread_id=f"t{n}", tenant_id="thrifty")
+    assert service.after_agent(chat("coffee"), thread_id="c", tenant_id="other")
 
 
 def usage_view(url: str, columns: str) -> list[tuple]:
@@ -135,9 +140,7 @@ def test_a_tenant_over_its_daily_tokens_waits_and_others_go_on(database, request
         llm, storage=url, debounce_seconds=0, workers=1, llm_daily_tokens_per_tenant=1000
     )
     with MemoryService(config) as service:
-        for n in range(3):
-            assert service.after_agent(chat(f"tea{n}"), thread_id=f"t{n}", tenant_id="thrifty")
-        assert service.after_agent(chat("coffee"), thread_id="c", tenant_id="other")
+        queue_thrifty_and_other(service)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and (
             len(llm.requests) < 2 or service.status()["over_budget"] < 2

@@ -92,15 +92,13 @@ def site(
 def _site(backend: str, folder: Path, url: str, service_url: str) -> Iterator[Site]:
     engine = create_engine(url)
     storage = SQLStorage(engine)
-    for content, category, agent in (
+    add_facts(
+        storage,
+        "alice",
         ("Writes services in Python", "preference", "coder"),
         ("Works on billing at Acme", "context", "coder"),
         ("Lives in Porto", "personal", None),
-    ):
-        ops.add_fact(
-            storage, content, category=category, user_id="alice", agent_name=agent,
-            tenant_id="acme",
-        )  # fmt: skip
+    )
     ops.add_fact(storage, "Prefers green tea", user_id="bob", tenant_id="acme")
     ops.add_fact(storage, "Beta's secret launch plan", user_id="zed", tenant_id="beta")
     keys = [
@@ -118,6 +116,15 @@ def _site(backend: str, folder: Path, url: str, service_url: str) -> Iterator[Si
             yield site
         finally:
             service.stop()
+
+
+def add_facts(storage: SQLStorage, user: str, *facts: tuple[str, str, str | None]) -> None:
+    """``facts`` (content, category, agent) added to ``user``'s memories in tenant acme."""
+    for content, category, agent in facts:
+        ops.add_fact(
+            storage, content, category=category, user_id=user, agent_name=agent,
+            tenant_id="acme",
+        )  # fmt: skip
 
 
 def _fail_one_update(site: Site) -> None:
@@ -448,19 +455,16 @@ class _AttackerPage:
 
 
 def test_filter_download_and_forget_a_user(browser, site):
-    engine = create_engine(site.url)  # the tables' owner seeds dave
-    storage = SQLStorage(engine)
-    for content, category, agent in (
+    storage = SQLStorage(create_engine(site.url))  # the tables' owner seeds dave
+    add_facts(
+        storage,
+        "dave",
         ("Reviews Go code", "knowledge", "coder"),
         ("Rides a cargo bike", "personal", "coder"),
         ("Likes jazz", "preference", None),
-    ):
-        ops.add_fact(
-            storage, content, category=category, user_id="dave", agent_name=agent,
-            tenant_id="acme",
-        )  # fmt: skip
+    )
     storage.close()
-    engine.dispose()
+    storage.engine.dispose()
 
     sign_in(browser, site, site.reader)
     browser.get(f"{site.base}/console/users/dave?agent=coder&category=personal")

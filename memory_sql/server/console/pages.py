@@ -259,11 +259,15 @@ def logout(console: Posted) -> Response:
 
 @router.get("/users")
 def users(console: SignedIn, q: str = "") -> Response:
+    return _users_page(console, q)
+
+
+def _users_page(console: Console, q: str = "", notice: str | None = None) -> Response:
     with console.caller.acting():
         found = ops.list_users(
             console.state.engine, tenant_id=console.caller.tenant_id, contains=q, limit=200
         )
-    return console.page("users.html", users=found, q=q)
+    return console.page("users.html", users=found, q=q, notice=notice)
 
 
 @router.get("/users/{user_id}")
@@ -479,11 +483,8 @@ def forget(console: Posted, user_id: str, confirm: Annotated[str, Form()] = "") 
     deleted, problem, code = _attempt(apply)
     if deleted is None:
         return _memory_page(console, user_id, None, error=problem, status=code)
-    with console.caller.acting():
-        found = ops.list_users(console.state.engine, tenant_id=console.caller.tenant_id, limit=200)
     counts = ", ".join(f"{count} {table}" for table, count in deleted.items())
-    notice = f"forgot {user_id}: deleted {counts}"
-    return console.page("users.html", users=found, q="", notice=notice)
+    return _users_page(console, notice=f"forgot {user_id}: deleted {counts}")
 
 
 # The queue ----------------------------------------------------------------------------------
