@@ -199,8 +199,10 @@ _SCOPE = "tenant_id = %s AND user_id = %s AND agent_name = %s"
 FLOOR_SQL = {
     "pk": f"SELECT version, created_at, updated_at FROM memory_scopes WHERE {_SCOPE}",
     "one": "SELECT 1",
-    "facts": f"SELECT {_FACT_COLUMNS} FROM memory_facts WHERE {_SCOPE}",
-    "search": f"SELECT {_FACT_COLUMNS} FROM memory_facts WHERE {_SCOPE} AND category = %s",
+    # live facts, as memory_sql reads them (removed ones are kept closed: revision 0015)
+    "facts": f"SELECT {_FACT_COLUMNS} FROM memory_facts WHERE {_SCOPE} AND valid_to IS NULL",
+    "search": f"SELECT {_FACT_COLUMNS} FROM memory_facts WHERE {_SCOPE} AND valid_to IS NULL "
+    "AND category = %s",
     "insert": "INSERT INTO memory_facts (tenant_id, user_id, agent_name, fact_id, content, "
     "content_key, category, confidence, source_thread_id, source_error, created_at, updated_at) "
     "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
