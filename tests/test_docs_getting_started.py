@@ -15,7 +15,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-from doc_pages import ROOT, commands, fenced, pattern, unexpected_problems, without_comment
+from doc_pages import (
+    ROOT,
+    blocks,
+    commands,
+    fenced,
+    pattern,
+    text,
+    unexpected_problems,
+    without_comment,
+)
+from pg_cluster import free_port
 
 PAGES = ("README.md", "getting-started.md")
 INSTALL = ("make test", "source .venv/bin/activate")
@@ -78,3 +88,35 @@ def test_a_newcomer_following_the_pages_in_order_meets_no_unexpected_error(tmp_p
             assert "<user_memory>" in output, (where, output)
         problems = unexpected_problems(done.stdout + done.stderr, shown)
         assert problems == [], (where, problems)
+
+
+def test_the_python_pages_first_example_without_a_model_prints_only_what_its_note_says(tmp_path):
+    """The next page: its first example, with the Configuration page's config.yaml, run as a
+    newcomer would, with nothing listening at the config's ``llm_base_url``. It must end, and
+    every problem it prints must be the one its note quotes."""
+    note = " ".join(text("python.md").split("```python", 1)[0].split())
+    quoted = re.search(r"\(`(LLM call to .*?)`\)", note)
+    assert quoted is not None and "connection refused" in quoted.group(1), note
+    told = quoted.group(1)
+    config = blocks("yaml", "settings.md")[0]
+    assert "llm_base_url: http://localhost:8000/v1" in config and told.startswith(
+        "LLM call to http://localhost:8000/v1 (model gpt-4o-mini)"
+    )
+    port = free_port()  # nothing listens there: the refused connection the note tells of
+    (tmp_path / "config.yaml").write_text(config.replace(":8000/", f":{port}/"), encoding="utf-8")
+    (tmp_path / "example.py").write_text(blocks("python", "python.md")[0], encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "MEMORY_SQL_"))}
+    env["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run(
+        [sys.executable, "example.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    problems = unexpected_problems(done.stdout + done.stderr, "")
+    assert problems, "the example met no model and said nothing"
+    for line in problems:
+        assert told.replace(":8000/", f":{port}/") in line, line
