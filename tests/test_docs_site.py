@@ -96,3 +96,23 @@ def test_a_recorded_run_shows_its_command_output_and_status(tmp_path, monkeypatc
     assert recorded.startswith("`.venv/bin/python benchmarks/bench_toy.py --quick`, ")
     assert "load average" in recorded and "**exit status 3**" in recorded
     assert "```text\n| arm | time |\n```" in recorded
+
+
+# The pages whose ```python blocks a test runs as written, and the test that runs them.
+PYTHON_RUN_BY = {
+    "getting-started.md": "tests/test_docs_getting_started.py",
+    "python.md": "tests/test_readme_examples.py",
+    "recall.md": "tests/test_readme_examples.py",
+    "langchain.md": "tests/test_readme_examples.py",
+    "http-service.md": "tests/test_readme_service.py",
+}
+
+
+def test_every_python_example_of_the_site_is_run_by_a_test():
+    with_python = {p.name for p in DOCS.glob("*.md") if "```python\n" in p.read_text("utf-8")}
+    assert with_python <= set(PYTHON_RUN_BY), (
+        "a page's Python example runs in no test: add the page to a test that runs it as "
+        f"written, then to PYTHON_RUN_BY: {sorted(with_python - set(PYTHON_RUN_BY))}"
+    )
+    for test in set(PYTHON_RUN_BY.values()):
+        assert (ROOT / test).exists(), test
