@@ -53,6 +53,11 @@ from .update.parser import parse_update as parse_update
 from .update.updater import MemoryUpdater as MemoryUpdater
 from .update.updater import UpdateResult as UpdateResult
 
+# Every storage's saves go through the redactor and the instruction rule unless given its own.
+from .intake.guard import DEFAULT_GUARD as _DEFAULT_GUARD  # noqa: E402
+
+MemoryStorage.default_write_guard = _DEFAULT_GUARD
+
 __all__ = [
     "ConfigError",
     "DuplicateFactError",

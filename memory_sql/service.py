@@ -41,6 +41,8 @@ from .config import MemoryConfig
 from .database import check_writable, create_engine
 from .errors import LeaseLostError, MemorySQLError, SpoolFullError
 from .intake import KeptConversation, take_conversation
+from .intake.guard import MemoryGuard
+from .intake.redact import count_redactions, redactor_of
 from .models import MemoryDocument, utcnow
 from .pattern_files import load_patterns
 from .queue import PendingUpdate, RunOutcome, Spool, UpdateQueue, UpdateWorker, manage
@@ -99,6 +101,10 @@ class MemoryService:
         self._owned_engines: list[Engine] = []
         self._owns_storage = storage is None
         self.storage = storage if storage is not None else self._open_storage()
+        self.redactor = redactor_of(self.config)
+        self.storage.write_guard = MemoryGuard(
+            self.redactor, instructions=self.config.refuse_instructions
+        )
         queue_engine = self._queue_engine()
         check_writable(queue_engine)
         self.queue = UpdateQueue(
@@ -242,7 +248,7 @@ class MemoryService:
         Raises:
             InvalidMessageError: a message is malformed or its text is not valid Unicode.
         """
-        return take_conversation(messages, patterns=self._patterns)
+        return take_conversation(messages, patterns=self._patterns, redactor=self.redactor)
 
     def queue_kept(
         self,
@@ -265,6 +271,7 @@ class MemoryService:
             return False
         scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=tenant_id)
         check_thread_id(thread_id)
+        count_redactions(scope.tenant_id, kept.redactions)
         if not kept.learnable:
             return False
         return self.spool.add(scope, thread_id, kept.turns, kept.signals, immediate=immediate)

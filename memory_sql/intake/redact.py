@@ -37,12 +37,15 @@ come from settings, and are searched after the built-in ones.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+
+from ..config import MemoryConfig
 
 KINDS = (
     "openai-key",
@@ -441,6 +444,26 @@ def counted_redactions() -> dict[tuple[str, str], int]:
     """This process's redactions so far, by (tenant, kind)."""
     with _counted_lock:
         return dict(_counted)
+
+
+def redactor_of(config: MemoryConfig) -> Redactor:
+    """The redactor ``config``'s settings describe (``redaction``, ``redaction_patterns``,
+    ``redaction_allow``), compiled once per distinct settings."""
+    return redactor_for(
+        config.redaction == "on",
+        tuple(config.redaction_patterns.items()),
+        tuple(config.redaction_allow),
+    )
+
+
+@functools.lru_cache(maxsize=32)
+def redactor_for(
+    enabled: bool, extra_patterns: tuple[tuple[str, str], ...], allow: tuple[str, ...]
+) -> Redactor:
+    """The redactor of these settings, compiled once."""
+    if enabled and not extra_patterns and not allow:
+        return DEFAULT
+    return Redactor(enabled=enabled, extra_patterns=dict(extra_patterns), allow=allow)
 
 
 DEFAULT = Redactor()

@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import (
     DuplicateFactError,
+    InstructionFactError,
     FactNotFoundError,
     ImportFileError,
     InvalidMessageError,
@@ -98,6 +99,7 @@ def error_response(
 _LIBRARY_ERRORS: tuple[tuple[type[BaseException], int, str], ...] = (
     (VersionConflictError, 409, "version_conflict"),
     (DuplicateFactError, 409, "duplicate_fact"),
+    (InstructionFactError, 422, "instruction"),
     (FactNotFoundError, 404, "not_found"),
     (UpdateNotFoundError, 404, "not_found"),
     (InvalidScopeError, 400, "invalid_request"),

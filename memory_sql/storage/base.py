@@ -9,11 +9,27 @@ from datetime import datetime
 from itertools import compress, islice
 from operator import attrgetter, is_not
 from types import TracebackType
+from typing import ClassVar, Protocol
 
 from ..errors import DuplicateFactError
 from ..models import Fact, MemoryDocument, Section, copy_model, new_fact_id
 from ..scope import Scope
 from .search import score_in_memory
+
+
+class WriteGuard(Protocol):
+    """What every save passes the text it writes through (new and changed facts, changed
+    sections): the text to store, or an error refusing the save. Installed on the storage
+    (:attr:`MemoryStorage.write_guard`) by a layer above, which holds the rules
+    (:mod:`memory_sql.intake.guard`)."""
+
+    def fact(self, scope: Scope, fact: Fact) -> Fact:
+        """``fact`` as it may be stored (its text made safe), or raise ``ValueError``."""
+        ...
+
+    def section(self, scope: Scope, name: str, section: Section) -> Section:
+        """``section`` as it may be stored, or raise ``ValueError``."""
+        ...
 
 
 class MemoryStorage(ABC):
@@ -25,6 +41,16 @@ class MemoryStorage(ABC):
     ``agent_name=None`` is the memory of unnamed agents. Implementations are safe to share
     between threads.
     """
+
+    default_write_guard: ClassVar[WriteGuard | None] = None
+    """The guard of every storage that was given none (installed by ``memory_sql``'s package:
+    the redactor and the instruction rule with their default settings)."""
+    write_guard: WriteGuard | None = None
+    """The guard this storage's saves pass new and changed text through (None: the default)."""
+
+    @property
+    def guard(self) -> WriteGuard | None:
+        return self.write_guard if self.write_guard is not None else self.default_write_guard
 
     def load(
         self,
@@ -234,9 +260,17 @@ def _moved(base: list[Fact], facts: list[Fact]) -> tuple[list[int], list[int]]:
 _FEW = 8
 
 
-def diff_documents(base: MemoryDocument, doc: MemoryDocument, now: datetime) -> Changes:
+def diff_documents(
+    base: MemoryDocument,
+    doc: MemoryDocument,
+    now: datetime,
+    guard: WriteGuard | None = None,
+    scope: Scope | None = None,
+) -> Changes:
     """The change set from ``base`` to ``doc``, with ``updated_at`` stamped ``now`` on new and
     changed facts and on changed sections whose ``updated_at`` the caller left as it was.
+    New facts, facts whose text changed and changed sections go through ``guard`` (of
+    ``scope``): what it returns is written, what it raises refuses the save.
 
     Facts are immutable: one that is the very object ``base`` holds is unchanged, and is
     not compared field by field."""
@@ -250,6 +284,14 @@ def diff_documents(base: MemoryDocument, doc: MemoryDocument, now: datetime) -> 
         old = stored.pop(fact.id, None)
         if old is fact:
             continue
+        if (
+            guard is not None
+            and scope is not None
+            and (
+                old is None or fact.content != old.content or fact.source_error != old.source_error
+            )
+        ):
+            fact = guard.fact(scope, fact)
         # Facts are frozen and their values valid: the copies need no validation.
         if old is None:
             if fact.valid_to is not None:
@@ -285,6 +327,8 @@ def diff_documents(base: MemoryDocument, doc: MemoryDocument, now: datetime) -> 
             section.__class__ is not before.__class__ or section.__dict__ != before.__dict__
         ):
             stamp = section.updated_at if section.updated_at != before.updated_at else now
+            if guard is not None and scope is not None and section.summary != before.summary:
+                section = guard.section(scope, name, section)
             changes.sections[name] = section.model_copy(update={"updated_at": stamp})
     return changes
 

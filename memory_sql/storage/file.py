@@ -96,7 +96,7 @@ class FileStorage(MemoryStorage):
                     str(scope), expected_version, base.version if base.version else None
                 )
             now = utcnow()
-            changes = diff_documents(base, doc, now)
+            changes = diff_documents(base, doc, now, self.guard, scope)
             if not changes:
                 return expected_version
             stored = apply_changes(base, changes, expected_version + 1, now)

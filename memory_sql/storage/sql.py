@@ -887,7 +887,7 @@ class SQLStorage(MemoryStorage):
             try:
                 with self._write_transaction(scope, doc) as conn:
                     created_at, base = self._claim(conn, scope, expected_version, now)
-                    changes = diff_documents(base, doc, now)
+                    changes = diff_documents(base, doc, now, self.guard, scope)
                     if not changes:
                         conn.rollback()
                         return expected_version
@@ -922,7 +922,7 @@ class SQLStorage(MemoryStorage):
         if cached is None:
             return None
         created_at, base = cached
-        changes = diff_documents(base, doc, now)
+        changes = diff_documents(base, doc, now, self.guard, scope)
         if not changes:  # nothing to write, if the memory is still at that version
             return expected_version if self._still_at(scope, expected_version, created_at) else None
         new_version = expected_version + 1
