@@ -50,6 +50,7 @@ from .queue.manage import QueueChange, QueuedUpdate, UpdateKey
 from .recall.context import Recall
 from .scope import Scope, check_thread_id
 from .storage import FileStorage, MemoryStorage, SQLStorage, load_storage_class
+from .storage.redactions import record_redactions
 from .tenancy import acting_for
 from .tokens import make_token_counter
 from .update import watermark
@@ -271,7 +272,8 @@ class MemoryService:
             return False
         scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=tenant_id)
         check_thread_id(thread_id)
-        count_redactions(scope.tenant_id, kept.redactions)
+        if kept.redactions:
+            self._count_intake_redactions(scope.tenant_id, kept.redactions)
         if not kept.learnable:
             return False
         return self.spool.add(scope, thread_id, kept.turns, kept.signals, immediate=immediate)
@@ -538,6 +540,20 @@ class MemoryService:
                 "memory_sql: cannot queue thread %r of user %r for memory", thread_id, user_id
             )
             return False
+
+    def _count_intake_redactions(self, tenant_id: str, counts: dict[str, int]) -> None:
+        """Count what intake redacted, in this process (metrics) and in ``memory_redactions``;
+        a database away loses the count, never the conversation (logged, without the text)."""
+        count_redactions(tenant_id, counts)
+        try:
+            with acting_for(tenant_id), self.queue.engine.begin() as conn:
+                record_redactions(conn, tenant_id, "intake", counts)
+        except Exception as exc:
+            logger.warning(
+                "memory_sql: redaction counts of tenant %r not recorded (%s)",
+                tenant_id,
+                type(exc).__name__,
+            )
 
     def _run(self, item: PendingUpdate) -> RunOutcome:
         with acting_for(item.scope.tenant_id):

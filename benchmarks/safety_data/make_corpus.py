@@ -1,3 +1,4 @@
+# ruff: noqa: E501 - corpus templates read best on one line each
 """Writes secrets.jsonl: the redactor's corpus (run once; the output is committed).
 
 Positives: each secret kind in the formats its issuer documents, pasted into the contexts
@@ -358,7 +359,7 @@ NEGATIVE_TEMPLATES = [
     lambda: f"Running on Kubernetes 1.{rng.randint(20, 31)} with Postgres 16",
     lambda: f"MAC address {':'.join(rand('0123456789abcdef', 2) for _ in range(6))}",
     lambda: f"color #{rand('0123456789abcdef', 6)} for the primary button",
-    lambda: f"the sk- prefix marks OpenAI keys; ours are rotated",
+    lambda: "the sk- prefix marks OpenAI keys; ours are rotated",
     lambda: f"docker pull ghcr.io/acme/api:{rand('0123456789abcdef', 12)}",
     lambda: f"S3 bucket acme-logs-{rng.randint(1000, 9999)} in eu-west-1",
     lambda: f"The AWS account id is {rng.randint(10**11, 10**12 - 1)}",

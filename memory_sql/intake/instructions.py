@@ -40,7 +40,8 @@ _OVERRIDE = (
     r"|guardrails?|restrictions?|constraints?|programming)\b"
     r"|\bnew (?:system )?(?:instructions?|rules|directives?)\s*[:：]"
     r"|\byou are (?:now|no longer)\b|\bfrom now on,? (?:you|the assistant|always respond)\b"
-    r"|\b(?:developer|god|dan|unrestricted|jailbreak) mode\b|\b(?:enable|enter|activate|switch to|you are)\b[^\n]{0,20}\bjailbr(?:eak|oken)\b"
+    r"|\b(?:developer|god|dan|unrestricted|jailbreak) mode\b"
+    r"|\b(?:enable|enter|activate|switch to|you are)\b[^\n]{0,20}\bjailbr(?:eak|oken)\b"
     r"|\bact as (?:if you (?:are|were)|an? (?:unfiltered|unrestricted|different))\b"
     r"|\bpretend (?:to be|you are)\b"
 )

@@ -377,7 +377,7 @@ class Redactor:
 
     def _is_secret(self, kind: str, value: str) -> bool:
         bare = value.strip("\"'")
-        if bare in self.allow or _PLACEHOLDER_RE.search(bare):
+        if bare in self.allow or bare.startswith("[redacted") or _PLACEHOLDER_RE.search(bare):
             return False
         if kind in ("aws-key-id", "aws-secret") and (
             bare.endswith("EXAMPLE") or bare.endswith("EXAMPLEKEY")

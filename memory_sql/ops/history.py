@@ -22,6 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from ..database import database_errors
+from ..intake.redact import DEFAULT
 from ..models import format_timestamp
 from ..schema import memory_fact_events as events
 from ..scope import Scope
@@ -91,10 +92,12 @@ def change_log(
             "category": row.category,
             "confidence": row.confidence,
             "occurred_at": format_timestamp(row.occurred_at),
-            "content_before": row.content_after
-            if row.event == "updated" and row.content_before is None
-            else row.content_before,
-            "content_after": row.content_after,
+            "content_before": _shown(
+                row.content_after
+                if row.event == "updated" and row.content_before is None
+                else row.content_before
+            ),
+            "content_after": _shown(row.content_after),
             "superseded_by": row.superseded_by,
         }
         for row in rows[:limit]
@@ -124,3 +127,8 @@ def _cursor(text: str) -> tuple[int, str]:
 
 
 __all__ = ["change_log"]
+
+
+def _shown(text: str | None) -> str | None:
+    """An event's text as shown: secrets stored before redaction existed replaced."""
+    return text if text is None else DEFAULT(text)

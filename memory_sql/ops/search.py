@@ -10,9 +10,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from ..database import database_errors
+from ..intake.redact import DEFAULT
 from ..models import (
     CATEGORY_PATTERN,
     Fact,
+    copy_model,
     format_timestamp,
     trusted_fact,
 )
@@ -172,4 +174,8 @@ _SEARCH_FILTERS = {
 
 def _record(row: Any) -> FactRecord:
     tenant_id, user_id, agent_name, *fact = row
-    return FactRecord(tenant_id, user_id, agent_name or None, trusted_fact(*fact))
+    found = trusted_fact(*fact)
+    content = DEFAULT(found.content)  # stored before redaction existed: shown redacted
+    if content != found.content:
+        found = copy_model(found, content=content)
+    return FactRecord(tenant_id, user_id, agent_name or None, found)

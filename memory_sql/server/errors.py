@@ -20,9 +20,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import (
     DuplicateFactError,
-    InstructionFactError,
     FactNotFoundError,
     ImportFileError,
+    InstructionFactError,
     InvalidMessageError,
     InvalidScopeError,
     InvalidUpdateError,

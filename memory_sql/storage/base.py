@@ -23,12 +23,13 @@ class WriteGuard(Protocol):
     (:attr:`MemoryStorage.write_guard`) by a layer above, which holds the rules
     (:mod:`memory_sql.intake.guard`)."""
 
-    def fact(self, scope: Scope, fact: Fact) -> Fact:
-        """``fact`` as it may be stored (its text made safe), or raise ``ValueError``."""
+    def fact(self, scope: Scope, fact: Fact, counts: dict[str, int]) -> Fact:
+        """``fact`` as it may be stored (its text made safe, what was redacted added to
+        ``counts`` by kind), or raise ``ValueError``."""
         ...
 
-    def section(self, scope: Scope, name: str, section: Section) -> Section:
-        """``section`` as it may be stored, or raise ``ValueError``."""
+    def section(self, scope: Scope, name: str, section: Section, counts: dict[str, int]) -> Section:
+        """``section`` as it may be stored (as :meth:`fact`), or raise ``ValueError``."""
         ...
 
 
@@ -227,6 +228,8 @@ class Changes:
     view shows them; the live fact keeps its id)."""
     positions: dict[str, int] = field(default_factory=dict)
     """Where each updated fact's id stands in the base document's facts."""
+    redactions: dict[str, int] = field(default_factory=dict)
+    """Secrets the write guard replaced in the new text, by kind (counted with the save)."""
 
     def __bool__(self) -> bool:
         return bool(self.inserted or self.updated or self.deleted or self.sections)
@@ -291,7 +294,7 @@ def diff_documents(
                 old is None or fact.content != old.content or fact.source_error != old.source_error
             )
         ):
-            fact = guard.fact(scope, fact)
+            fact = guard.fact(scope, fact, changes.redactions)
         # Facts are frozen and their values valid: the copies need no validation.
         if old is None:
             if fact.valid_to is not None:
@@ -328,7 +331,7 @@ def diff_documents(
         ):
             stamp = section.updated_at if section.updated_at != before.updated_at else now
             if guard is not None and scope is not None and section.summary != before.summary:
-                section = guard.section(scope, name, section)
+                section = guard.section(scope, name, section, changes.redactions)
             changes.sections[name] = section.model_copy(update={"updated_at": stamp})
     return changes
 

@@ -60,6 +60,7 @@ from .driver import (
     sqlite_times,
     unobserved,
 )
+from .redactions import record_redactions
 from .search import match_facts
 
 
@@ -898,6 +899,8 @@ class SQLStorage(MemoryStorage):
                         if make_way or not changes.inserted or not _id_taken(exc):
                             raise
                         raise _IdTaken from exc  # rolled back; again, making way
+                    if changes.redactions:
+                        record_redactions(conn, scope.tenant_id, "write", changes.redactions)
                     if in_transaction is not None:
                         in_transaction(conn)
             except _IdTaken:
@@ -923,6 +926,8 @@ class SQLStorage(MemoryStorage):
             return None
         created_at, base = cached
         changes = diff_documents(base, doc, now, self.guard, scope)
+        if changes.redactions:  # counted in the save's transaction: the transactional path
+            return None
         if not changes:  # nothing to write, if the memory is still at that version
             return expected_version if self._still_at(scope, expected_version, created_at) else None
         new_version = expected_version + 1

@@ -86,10 +86,10 @@ from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
 from ..errors import InvalidUpdateError
+from ..intake.instructions import instruction_in
 from ..models import HISTORY_SECTIONS, MAX_VALID_DAYS, USER_SECTIONS, check_text, clean_category
 from . import review
 from .prompt import EXAMPLE_TEXTS
-from ..intake.instructions import instruction_in
 from .rejections import Rejection, count, describe
 from .review import FACT_CATEGORIES, MAX_FACT_CHARS
 

@@ -80,8 +80,8 @@ from ..errors import (
     VersionConflictError,
 )
 from ..intake.filter import filter_messages_for_memory
-from ..intake.redact import redactor_of
 from ..intake.messages import Message
+from ..intake.redact import redactor_of
 from ..intake.uploads import mentions_upload, strip_upload_mentions
 from ..models import Fact, MemoryDocument, Section, fact_key, utcnow
 from ..pattern_files import load_patterns
