@@ -10,7 +10,7 @@ A fact (or a section summary) is refused at write, with the reason ``instruction
 - addresses the assistant with an obligation ("you must …", "the assistant should …", "the AI
   is to …", "ChatGPT must …");
 - directs a tool call or a command ("call the ``send_email`` tool", "invoke the function",
-  ``tool_call``, "run ``curl …``", "execute this command");
+  ``tool_call``, "run ``curl …``", "execute this command", ``curl … | sh``, ``rm -rf``);
 - sends data somewhere ("send/forward/upload/post the user's files/messages/keys … to
   http://… or an e-mail address"), asks for the prompt to be revealed, or for something to be
   hidden from the user;
@@ -58,7 +58,8 @@ _TOOL = (
     r"\s+(?:tool|function|plugin|action|endpoint)\b"
     r"|\b(?:tool_calls?|function_call|tool_use|<tool_call>|<function_calls?>)\b"
     r"|\b(?:run|execute)\s+(?:this|the following|these)\s+(?:command|code|script|shell|sql)\b"
-    r"|\b(?:curl|wget|rm -rf|powershell|bash -c|nc -e)\s"
+    r"|\b(?:curl|wget)\b[^\n]{0,160}\|\s*(?:sudo\s+)?(?:ba|z)?sh\b|\brm -rf\s|\bnc -e\s"
+    r"|\b(?:run|execute)\s+(?:curl|wget|powershell|bash -c)\b"
 )
 _EXFIL = (
     r"\b(?:send|forward|upload|post|email|e-mail|leak|exfiltrate|transmit|copy|sync|share|mail)"
