@@ -3,6 +3,8 @@ LLM server: credentials pasted into a conversation reach no LLM request, no tabl
 benign look-alikes stay; a planted instruction is refused while a preference is kept; a removal
 is applied only with its replacement; ``db scrub`` cleans a database written before."""
 
+# ruff: noqa: E501 - the secrets are long values, one line each
+
 from __future__ import annotations
 
 import json

@@ -30,14 +30,16 @@ class MemoryGuard:
         self.instructions = instructions
 
     def text(self, scope: Scope, text: str, counts: dict[str, int] | None = None) -> str:
-        """``text`` redacted; what was found is counted for the tenant (and into ``counts``)."""
+        """``text`` redacted; what was found is added to ``counts``."""
         result = self.redactor.redact(text)
-        if result.counts:
-            count_redactions(scope.tenant_id, result.counts)
-            if counts is not None:
-                for kind, number in result.counts.items():
-                    counts[kind] = counts.get(kind, 0) + number
+        if result.counts and counts is not None:
+            for kind, number in result.counts.items():
+                counts[kind] = counts.get(kind, 0) + number
         return result.text
+
+    def saved(self, scope: Scope, counts: dict[str, int]) -> None:
+        """Count what a stored save redacted, for the tenant (``/metrics``)."""
+        count_redactions(scope.tenant_id, counts)
 
     def fact(self, scope: Scope, fact: Fact, counts: dict[str, int] | None = None) -> Fact:
         if self.instructions:

@@ -32,6 +32,10 @@ class WriteGuard(Protocol):
         """``section`` as it may be stored (as :meth:`fact`), or raise ``ValueError``."""
         ...
 
+    def saved(self, scope: Scope, counts: dict[str, int]) -> None:
+        """A save that redacted ``counts`` (kind → number) was stored."""
+        ...
+
 
 class MemoryStorage(ABC):
     """Versioned storage of memory documents, one per :class:`~memory_sql.Scope`.

@@ -101,6 +101,8 @@ class FileStorage(MemoryStorage):
                 return expected_version
             stored = apply_changes(base, changes, expected_version + 1, now)
             self._write(scope, stored)
+            if changes.redactions and self.guard is not None:
+                self.guard.saved(scope, changes.redactions)
         return stored.version
 
     def _write(self, scope: Scope, doc: MemoryDocument) -> None:

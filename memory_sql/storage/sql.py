@@ -909,6 +909,8 @@ class SQLStorage(MemoryStorage):
             break
         stored = apply_changes(base, changes, new_version, now)
         self._cache.put(scope, (new_version, created_at), stored)
+        if changes.redactions and self.guard is not None:
+            self.guard.saved(scope, changes.redactions)
         return new_version
 
     def _save_from_cache(
