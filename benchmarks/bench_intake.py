@@ -164,7 +164,7 @@ def long_message() -> None:
         10**12
     )  # the cut switched off, as intake was before
     try:
-        t_uncut = median_seconds(lambda: intake(long_chat), repeat=1, rounds=3)
+        t_uncut = median_seconds(lambda: intake(long_chat, NO_REDACTION), repeat=1, rounds=3)
     finally:
         memory_sql.intake.filter.MAX_MESSAGE_CHARS = MAX_MESSAGE_CHARS
     print(f"\none {len(paste) / 1e6:.0f} MB message (cut at intake to {MAX_MESSAGE_CHARS} chars):")
