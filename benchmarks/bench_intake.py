@@ -6,6 +6,10 @@ Intake (filter_messages_for_memory, then detect_correction and detect_reinforcem
 filtered turns, as the agent hook does after every conversation) is timed next to a plain
 ``json.dumps`` of the raw messages, measured in the same run; the ratio is the figure to watch.
 
+The same intake with the redactor switched off (``Redactor(enabled=False)``: intake as it was
+before secrets were redacted) is timed in the same run; the ratio with / without must stay
+within 1.3x (issue #30).
+
 Then one very long message (a 5 MB paste): ``after_agent`` on a SQLite service with it, next to
 ``after_agent`` with a 1 kB message (the ratio should stay near 1: intake cuts a message to
 ``MAX_MESSAGE_CHARS`` before the signals), and intake of it with the cut switched off (as it
@@ -26,6 +30,7 @@ import memory_sql.intake.filter
 from memory_sql import MemoryConfig, MemoryService
 from memory_sql.intake.filter import filter_messages_for_memory
 from memory_sql.intake.messages import MAX_MESSAGE_CHARS
+from memory_sql.intake.redact import Redactor
 from memory_sql.intake.signals import detect_correction, detect_reinforcement
 from memory_sql.pattern_files import load_patterns
 
@@ -90,8 +95,13 @@ def build_conversation(size: int = 200) -> list[dict[str, Any]]:
     return messages[:size]
 
 
-def intake(messages: list[dict[str, Any]]) -> tuple[int, bool, bool]:
-    filtered = filter_messages_for_memory(messages)
+NO_REDACTION = Redactor(enabled=False)
+
+
+def intake(
+    messages: list[dict[str, Any]], redactor: Redactor | None = None
+) -> tuple[int, bool, bool]:
+    filtered = filter_messages_for_memory(messages, redactor=redactor)
     return len(filtered), detect_correction(filtered), detect_reinforcement(filtered)
 
 
@@ -114,12 +124,15 @@ def main() -> None:
 
     t_intake = median_seconds(lambda: intake(messages), repeat=200)
     t_json = median_seconds(lambda: json.dumps(messages, ensure_ascii=False), repeat=200)
+    t_bare = median_seconds(lambda: intake(messages, NO_REDACTION), repeat=200)
 
     print(f"conversation: {len(messages)} messages, {dumped} characters as JSON")
     print(f"kept {kept} turns; correction={correction} reinforcement={reinforcement}")
     print(f"intake (filter + both detectors): {t_intake * 1e6:9.1f} µs per conversation")
     print(f"json.dumps of the same messages : {t_json * 1e6:9.1f} µs per conversation")
     print(f"ratio intake / json.dumps       : {t_intake / t_json:9.2f}x")
+    print(f"intake without the redactor     : {t_bare * 1e6:9.1f} µs per conversation")
+    print(f"ratio with / without redactor   : {t_intake / t_bare:9.2f}x  (goal <= 1.3x)")
     long_message()
 
 
@@ -151,7 +164,7 @@ def long_message() -> None:
         10**12
     )  # the cut switched off, as intake was before
     try:
-        t_uncut = median_seconds(lambda: intake(long_chat), repeat=1, rounds=3)
+        t_uncut = median_seconds(lambda: intake(long_chat, NO_REDACTION), repeat=1, rounds=3)
     finally:
         memory_sql.intake.filter.MAX_MESSAGE_CHARS = MAX_MESSAGE_CHARS
     print(f"\none {len(paste) / 1e6:.0f} MB message (cut at intake to {MAX_MESSAGE_CHARS} chars):")

@@ -22,6 +22,9 @@ from .errors import UpdateNotFoundError as UpdateNotFoundError
 from .errors import VersionConflictError as VersionConflictError
 from .intake.filter import filter_messages_for_memory as filter_messages_for_memory
 from .intake.filter import has_minimum_dialogue as has_minimum_dialogue
+
+# Every storage's saves go through the redactor and the instruction rule unless given its own.
+from .intake.guard import DEFAULT_GUARD as _DEFAULT_GUARD
 from .intake.messages import Message as Message
 from .intake.messages import normalize_messages as normalize_messages
 from .intake.signals import Signals as Signals
@@ -52,6 +55,8 @@ from .update.parser import MemoryUpdate as MemoryUpdate
 from .update.parser import parse_update as parse_update
 from .update.updater import MemoryUpdater as MemoryUpdater
 from .update.updater import UpdateResult as UpdateResult
+
+MemoryStorage.default_write_guard = _DEFAULT_GUARD
 
 __all__ = [
     "ConfigError",

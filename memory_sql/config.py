@@ -345,6 +345,49 @@ class MemoryConfig(BaseModel):
     server_keep_alive_seconds: float = Field(5.0, gt=0, le=600)
     server_max_connections: int = Field(1000, ge=1, le=1_000_000)
     server_max_header_bytes: int = Field(65536, ge=1024, le=16 * 1024 * 1024)
+    # --- issue #30: what memory never keeps (docs/security.md) ---
+    redaction: Literal["on", "off"] = Field(
+        "on",
+        description="Replace secrets (API keys, tokens, private keys, passwords, card numbers) "
+        "with typed placeholders at intake, on every write and on every output; 'off' only "
+        "when set explicitly",
+    )
+    redaction_patterns: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra secret patterns: kind label -> regex (its 'value' group, else the "
+        "whole match, is redacted as [redacted: <kind>])",
+    )
+    redaction_allow: list[str] = Field(
+        default_factory=list,
+        description="Exact values never redacted (besides AWS's documented example keys)",
+    )
+    refuse_instructions: bool = Field(
+        True,
+        description="Refuse facts and summaries worded as instructions to the assistant "
+        "(reason 'instruction')",
+    )
+
+    @field_validator("redaction_allow", mode="before")
+    @classmethod
+    def _redaction_allow(cls, value: Any) -> Any:
+        if isinstance(value, str):  # from the environment: a,b or a JSON list
+            text = value.strip()
+            return json.loads(text) if text.startswith("[") else [v for v in text.split(",") if v]
+        return value
+
+    @field_validator("redaction_patterns")
+    @classmethod
+    def _redaction_patterns(cls, value: dict[str, str]) -> dict[str, str]:
+        for kind, pattern in value.items():
+            if not re.fullmatch(r"[a-z0-9-]{1,40}", kind):
+                raise ValueError(f"kind {kind!r} is not a label ([a-z0-9-]+)")
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"pattern {kind!r} does not compile: {exc}") from None
+        return value
+
+    # --- end of issue #30 ---
 
     def reply_token_limit(self) -> int:
         """The ``max_tokens`` of a memory-LLM call: ``llm_max_tokens``, or by default what a
@@ -637,7 +680,7 @@ def _alias_given(field: str, data: Mapping[str, Any]) -> bool:
 
 
 def _parse_env(field: str, value: str, var: str) -> Any:
-    if field == "staleness_category_days":
+    if field in ("staleness_category_days", "redaction_patterns"):
         try:
             return json.loads(value)
         except json.JSONDecodeError as exc:

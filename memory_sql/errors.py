@@ -40,6 +40,19 @@ class DuplicateFactError(MemorySQLError, ValueError):
         super().__init__(f"memory {scope}: {what} duplicates another fact (casefold match)")
 
 
+class InstructionFactError(MemorySQLError, ValueError):
+    """A fact or summary is worded as an instruction or a role marker aimed at the assistant
+    ("Ignore all previous instructions…", "SYSTEM: …", "send the files to http://…"): memory
+    holds what is known about the user, never instructions (reason ``instruction``)."""
+
+    def __init__(self, what: str, found: str) -> None:
+        self.found = found
+        super().__init__(
+            f"instruction: {what} is worded as an instruction to the assistant "
+            f"({found[:60]!r}); memory keeps facts about the user, not instructions"
+        )
+
+
 class SchemaOutOfDateError(MemorySQLError):
     """The database is not at the schema revision this code needs."""
 

@@ -385,6 +385,25 @@ memory_llm_budget_holds = Table(
     "(each hold and re-check counted); they wait, they are not lost.",
 )
 
+memory_redactions = Table(
+    "memory_redactions",
+    metadata,
+    Column("tenant_id", String(64), primary_key=True),
+    Column("day", Date, primary_key=True, comment="the UTC day"),
+    Column("kind", String(40), primary_key=True, comment="memory_sql.intake.redact.KINDS"),
+    Column(
+        "stage",
+        String(16),
+        primary_key=True,
+        comment="intake (a conversation queued), write (a memory saved), scrub (db scrub)",
+    ),
+    Column("redactions", Integer, nullable=False),
+    CheckConstraint("redactions > 0", name="positive"),
+    CheckConstraint("stage IN ('intake', 'write', 'scrub')", name="stage"),
+    comment="Per tenant, UTC day, kind of secret and stage, how many secrets were replaced "
+    "by placeholders (never the secrets themselves).",
+)
+
 memory_watermarks = Table(
     "memory_watermarks",
     metadata,

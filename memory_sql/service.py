@@ -41,6 +41,8 @@ from .config import MemoryConfig
 from .database import create_engine
 from .errors import LeaseLostError, MemorySQLError, SpoolFullError
 from .intake import KeptConversation, take_conversation
+from .intake.guard import MemoryGuard
+from .intake.redact import count_redactions, redactor_of
 from .models import MemoryDocument, utcnow
 from .pattern_files import load_patterns
 from .queue import PendingUpdate, RunOutcome, Spool, UpdateQueue, UpdateWorker, manage
@@ -48,6 +50,7 @@ from .queue.manage import QueueChange, QueuedUpdate, UpdateKey
 from .recall.context import Recall
 from .scope import Scope, check_thread_id
 from .storage import FileStorage, MemoryStorage, SQLStorage, load_storage_class
+from .storage.redactions import record_redactions
 from .storage.writable import check_writable
 from .tenancy import acting_for
 from .tokens import make_token_counter
@@ -100,6 +103,10 @@ class MemoryService:
         self._owned_engines: list[Engine] = []
         self._owns_storage = storage is None
         self.storage = storage if storage is not None else self._open_storage()
+        self.redactor = redactor_of(self.config)
+        self.storage.write_guard = MemoryGuard(
+            self.redactor, instructions=self.config.refuse_instructions
+        )
         queue_engine = self._queue_engine()
         check_writable(queue_engine)
         self.queue = UpdateQueue(
@@ -243,7 +250,7 @@ class MemoryService:
         Raises:
             InvalidMessageError: a message is malformed or its text is not valid Unicode.
         """
-        return take_conversation(messages, patterns=self._patterns)
+        return take_conversation(messages, patterns=self._patterns, redactor=self.redactor)
 
     def queue_kept(
         self,
@@ -266,6 +273,8 @@ class MemoryService:
             return False
         scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=tenant_id)
         check_thread_id(thread_id)
+        if kept.redactions:
+            self._count_intake_redactions(scope.tenant_id, kept.redactions)
         if not kept.learnable:
             return False
         return self.spool.add(scope, thread_id, kept.turns, kept.signals, immediate=immediate)
@@ -532,6 +541,20 @@ class MemoryService:
                 "memory_sql: cannot queue thread %r of user %r for memory", thread_id, user_id
             )
             return False
+
+    def _count_intake_redactions(self, tenant_id: str, counts: dict[str, int]) -> None:
+        """Count what intake redacted, in this process (metrics) and in ``memory_redactions``;
+        a database away loses the count, never the conversation (logged, without the text)."""
+        count_redactions(tenant_id, counts)
+        try:
+            with acting_for(tenant_id), self.queue.engine.begin() as conn:
+                record_redactions(conn, tenant_id, "intake", counts)
+        except Exception as exc:
+            logger.warning(
+                "memory_sql: redaction counts of tenant %r not recorded (%s)",
+                tenant_id,
+                type(exc).__name__,
+            )
 
     def _run(self, item: PendingUpdate) -> RunOutcome:
         with acting_for(item.scope.tenant_id):

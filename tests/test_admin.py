@@ -32,6 +32,7 @@ VIEWS = {
     "memory_report_llm_usage",
     "memory_report_llm_rejections",
     "memory_report_superseded",  # revision 0015
+    "memory_report_redactions",  # revision 0016
 }
 
 

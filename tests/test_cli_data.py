@@ -520,8 +520,9 @@ def test_report_numbers_match_the_seeded_database(url):
         "completion_tokens": 0,
         "rejected_items": 0,
         "held_over_budget": 0,
+        "redactions": 0,
     }
-    assert data["llm_usage"] == [] and data["llm_rejections"] == []
+    assert data["llm_usage"] == [] and data["llm_rejections"] == [] and data["redactions"] == []
     categories = {row["category"]: row for row in data["categories"]}
     assert [row["category"] for row in data["categories"]] == ["preference", "context", "knowledge"]
     assert categories["preference"]["facts"] == 3

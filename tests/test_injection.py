@@ -7,6 +7,7 @@ import pytest
 
 from memory_sql.models import Fact, MemoryDocument
 from memory_sql.recall.injection import (
+    MEMORY_PREAMBLE,
     TRUNCATION_MARKER,
     TokenCountCache,
     format_memory_for_injection,
@@ -500,5 +501,6 @@ def test_the_service_with_a_200_token_budget_shows_regular_facts(tmp_path, sqlit
         block = service.memory_context(user_id="u")
     assert TRUNCATION_MARKER in block
     assert block.count("\n- [context | ") >= 4
-    text = block.split("<user_memory>\n")[1].removesuffix("\n</user_memory>")
+    # The fixed preamble is outside the budget: the memory's text after it is counted.
+    text = block.split(f"<user_memory>\n{MEMORY_PREAMBLE}\n\n")[1].removesuffix("\n</user_memory>")
     assert service.counter.count(text) <= 200

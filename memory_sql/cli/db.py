@@ -1,4 +1,5 @@
-"""``memory-sql db``: create, inspect and check the schema (Alembic); purge closed facts."""
+"""``memory-sql db``: create, inspect and check the schema (Alembic); purge closed facts;
+scrub stored secrets."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ import typer
 from .. import migrations
 from ..database import create_engine, redacted
 from ..errors import MemorySQLError
+from ..intake.redact import redactor_of
 from ..models import utcnow
 from ..scope import Scope
 from ..storage import SQLStorage
+from ..storage.redactions import record_redactions
+from ..storage.scrub import BATCH_ROWS, scrub
 from ._common import (
     ConfigOption,
     UrlOption,
@@ -198,3 +202,64 @@ def db_purge(
         highlight=False,
         soft_wrap=True,
     )
+
+
+@command(db_app, "scrub")
+def db_scrub(
+    url: UrlOption = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Count the secrets stored; change nothing."),
+    ] = False,
+    tenant: Annotated[
+        str | None, typer.Option("--tenant", help="Only this tenant's.", show_default=False)
+    ] = None,
+    batch_rows: Annotated[
+        int, typer.Option("--batch-rows", min=1, max=100_000, help="Rows per transaction.")
+    ] = BATCH_ROWS,
+    config: ConfigOption = None,
+) -> None:
+    """Find secrets already stored and replace them with placeholders ([redacted: <kind>]).
+
+    Facts (live and past versions), fact events, sections, queue rows, memory-LLM call errors:
+    read in batches, each its own transaction; a row is written only if a secret was found, so
+    a second run finds nothing. Prints how many rows changed per table and secrets per kind
+    (never the secrets). Use the redaction settings of the config (extra patterns, allow-list).
+
+    Example:
+        memory-sql db scrub --dry-run --url sqlite:///memory_sql.db
+    """
+    if tenant is not None:
+        Scope.of(tenant_id=tenant)  # a clear error for a malformed tenant
+    settings = read_config(config, url)
+    redactor = redactor_of(settings)
+    if not redactor.enabled:
+        raise MemorySQLError("redaction is off (redaction: off): nothing to scrub with")
+    engine = create_engine(sql_database(config, url, create=False))
+    try:
+        result = scrub(
+            engine, redactor.redact, dry_run=dry_run, tenant_id=tenant, batch_rows=batch_rows
+        )
+        if not dry_run and result.by_tenant:
+            with engine.begin() as conn:
+                for tenant_id in sorted({t for t, _ in result.by_tenant}):
+                    counts = {k: n for (t, k), n in result.by_tenant.items() if t == tenant_id}
+                    record_redactions(conn, tenant_id, "scrub", counts)
+    finally:
+        engine.dispose()
+    verb = "would redact" if dry_run else "redacted"
+    out.print(
+        f"{lit(redacted(engine.url))}: {verb} {plural(result.secrets, 'secret')}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    for table, rows in result.rows.items():
+        if rows:
+            out.print(f"  {table}: {plural(rows, 'row')}", highlight=False)
+    for kind, number in sorted(result.kinds.items()):
+        out.print(f"  {kind}: {number}", highlight=False)
+    if result.closed_duplicates:
+        out.print(
+            f"  {plural(result.closed_duplicates, 'live fact')} closed: a duplicate once redacted",
+            highlight=False,
+        )

@@ -8,12 +8,13 @@ the queue stores and what the updater reads; nothing after intake filters again.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..pattern_files import PatternSet, load_patterns
 from .filter import filter_messages_for_memory, has_minimum_dialogue
 from .messages import Message
+from .redact import Redactor
 from .signals import Signals, signals_of_kept
 
 
@@ -23,6 +24,8 @@ class KeptConversation:
 
     turns: list[Message]
     signals: Signals
+    redactions: dict[str, int] = field(default_factory=dict)
+    """How many secrets of each kind intake replaced in the turns."""
 
     @property
     def learnable(self) -> bool:
@@ -32,7 +35,10 @@ class KeptConversation:
 
 
 def take_conversation(
-    messages: Iterable[Any], *, patterns: PatternSet | None = None
+    messages: Iterable[Any],
+    *,
+    patterns: PatternSet | None = None,
+    redactor: Redactor | None = None,
 ) -> KeptConversation:
     """``messages`` (any shape :mod:`memory_sql.intake.messages` reads) through the filter
     (:func:`~memory_sql.intake.filter.filter_messages_for_memory`), and the signals of the
@@ -42,5 +48,8 @@ def take_conversation(
         InvalidMessageError: ``messages`` is not a list of messages, or one is malformed.
     """
     patterns = patterns or load_patterns()
-    turns = filter_messages_for_memory(messages, patterns=patterns)
-    return KeptConversation(turns, signals_of_kept(turns, patterns))
+    redactions: dict[str, int] = {}
+    turns = filter_messages_for_memory(
+        messages, patterns=patterns, redactor=redactor, redactions=redactions
+    )
+    return KeptConversation(turns, signals_of_kept(turns, patterns), redactions)

@@ -11,13 +11,18 @@ from typing import Any
 
 from ..pattern_files import PatternList, PatternSet, load_patterns, match_text
 from .messages import MAX_MESSAGE_CHARS, Message, normalize_messages, shorten
+from .redact import DEFAULT, Redactor
 from .uploads import strip_upload_blocks
 
 _TRAILING_PUNCTUATION = " \t\r\n.。,，!！?？;；~～"
 
 
 def filter_messages_for_memory(
-    messages: Iterable[Any], *, patterns: PatternSet | None = None
+    messages: Iterable[Any],
+    *,
+    patterns: PatternSet | None = None,
+    redactor: Redactor | None = None,
+    redactions: dict[str, int] | None = None,
 ) -> list[Message]:
     """The turns of ``messages`` that memory should learn from, as normalised messages.
 
@@ -34,12 +39,18 @@ def filter_messages_for_memory(
     costs is bounded whatever was pasted into it. Upload blocks are removed first, from the whole
     text (a linear scan), since a block's closing tag may lie in the part cut out.
 
+    Every kept turn has its secrets replaced by typed placeholders (``redactor``, default
+    :data:`memory_sql.intake.redact.DEFAULT`): nothing after intake (the queue row, the spool,
+    the LLM's prompt) sees them. ``redactions``, if given, is added the count of each kind
+    replaced.
+
     ``patterns`` defaults to the bundled ones (:func:`~memory_sql.pattern_files.load_patterns`).
 
     Raises:
         InvalidMessageError: ``messages`` is not a list of messages, or one is malformed.
     """
     trivial = (patterns or load_patterns()).trivial
+    redact = (redactor or DEFAULT).redact
     kept: list[Message] = []
     skip_reply = False
     for message in normalize_messages(messages):
@@ -51,15 +62,25 @@ def filter_messages_for_memory(
                 skip_reply = True
                 continue
             skip_reply = False
+            text = _redacted(redact(text), redactions)
             kept.append(message if text == message.text else replace(message, text=text))
         elif message.role == "assistant" and not message.has_tool_calls and message.text.strip():
             if skip_reply:
                 skip_reply = False
-            elif len(message.text) > MAX_MESSAGE_CHARS:
-                kept.append(replace(message, text=_cut(message.text.strip())))
             else:
-                kept.append(message)
+                text = message.text
+                if len(text) > MAX_MESSAGE_CHARS:
+                    text = _cut(text.strip())
+                text = _redacted(redact(text), redactions)
+                kept.append(message if text == message.text else replace(message, text=text))
     return kept
+
+
+def _redacted(result: Any, redactions: dict[str, int] | None) -> str:
+    if result.counts and redactions is not None:
+        for kind, number in result.counts.items():
+            redactions[kind] = redactions.get(kind, 0) + number
+    return result.text
 
 
 def _cut(text: str) -> str:

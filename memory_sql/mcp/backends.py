@@ -15,6 +15,7 @@ from .. import ops
 from ..client import MemoryClient, NotFound
 from ..client.results import Context, EventPage, FactChange, FactPage, Queued, StoredFact
 from ..errors import CapabilityMissingError, ConfigError, FactNotFoundError
+from ..intake.guard import redacted_document
 from ..models import MemoryDocument
 from ..ops import history
 from ..scope import Scope
@@ -207,7 +208,7 @@ class LocalMemory:
     def memory(self, user_id: str, agent_name: str | None) -> MemoryDocument:
         scope = self._scope(user_id, agent_name)
         with self._acting():
-            return self.storage.load(**scope.arguments())
+            return redacted_document(self.storage.load(**scope.arguments()))
 
     def history(
         self, user_id: str, agent_name: str | None, fact_id: str, after: str | None, limit: int

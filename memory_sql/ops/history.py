@@ -1,10 +1,37 @@
 """What happened to a memory's facts: the change log of ``memory_fact_events``.
 
-The queries live in :mod:`memory_sql.storage.history` (SQL stays in ``storage/``); these
-are their names in ``ops``.
+The queries live in :mod:`memory_sql.storage.history` (SQL stays in ``storage/``); the texts
+they return are shown here with any secret stored before redaction existed replaced
+(:mod:`memory_sql.intake.redact`).
 """
 
 from __future__ import annotations
 
-from ..storage.history import change_log as change_log
+from typing import Any
+
+from sqlalchemy.engine import Engine
+
+from ..intake.redact import DEFAULT
+from ..scope import Scope
+from ..storage import history
 from ..storage.history import cursor_of as cursor_of
+
+
+def change_log(
+    engine: Engine,
+    scope: Scope,
+    *,
+    fact_id: str | None = None,
+    after: str | None = None,
+    limit: int = 100,
+) -> tuple[list[dict[str, Any]], str | None]:
+    """:func:`memory_sql.storage.history.change_log`, its texts shown redacted."""
+    events, cursor = history.change_log(engine, scope, fact_id=fact_id, after=after, limit=limit)
+    for event in events:
+        for key in ("content_before", "content_after"):
+            if event[key] is not None:
+                event[key] = DEFAULT(event[key])
+    return events, cursor
+
+
+__all__ = ["change_log", "cursor_of"]

@@ -17,3 +17,4 @@ from ..storage.reports import llm_rejections_view as llm_rejections_view
 from ..storage.reports import llm_usage_view as llm_usage_view
 from ..storage.reports import queue_view as queue_view
 from ..storage.reports import superseded_view as superseded_view
+from ..storage.reports import redactions_view as redactions_view

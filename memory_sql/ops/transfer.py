@@ -31,6 +31,7 @@ from sqlalchemy.engine import Engine
 from ..errors import (
     ImportFileError,
 )
+from ..intake.guard import redacted_document
 from ..models import (
     Fact,
     MemoryDocument,
@@ -70,7 +71,8 @@ def export_memory(
     tenant_id: str | None = None,
 ) -> dict[str, Any]:
     """One memory in DeerFlow's ``memory.json`` shape (an empty one, revision 0, if none)."""
-    return storage.load(user_id=user_id, agent_name=agent_name, tenant_id=tenant_id).to_deerflow()
+    doc = storage.load(user_id=user_id, agent_name=agent_name, tenant_id=tenant_id)
+    return redacted_document(doc).to_deerflow()
 
 
 def import_memory(
@@ -250,7 +252,7 @@ def iter_jsonl(engine: Engine, *, tenant_id: str | None = None) -> Iterator[str]
                 "tenant_id": tenant,
                 "user_id": user,
                 "agent_name": agent or None,
-                "memory": doc.to_deerflow(),
+                "memory": redacted_document(doc).to_deerflow(),
             }
             yield json.dumps(line, ensure_ascii=False)
 

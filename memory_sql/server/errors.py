@@ -22,6 +22,7 @@ from ..errors import (
     DuplicateFactError,
     FactNotFoundError,
     ImportFileError,
+    InstructionFactError,
     InvalidMessageError,
     InvalidScopeError,
     InvalidUpdateError,
@@ -98,6 +99,7 @@ def error_response(
 _LIBRARY_ERRORS: tuple[tuple[type[BaseException], int, str], ...] = (
     (VersionConflictError, 409, "version_conflict"),
     (DuplicateFactError, 409, "duplicate_fact"),
+    (InstructionFactError, 422, "instruction"),
     (FactNotFoundError, 404, "not_found"),
     (UpdateNotFoundError, 404, "not_found"),
     (InvalidScopeError, 400, "invalid_request"),

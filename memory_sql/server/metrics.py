@@ -5,7 +5,9 @@ histogram; updates by outcome; memory-LLM calls, their prompt and completion tok
 latency histogram; the parts of its replies refused, by reason (a closed set,
 :data:`memory_sql.update.rejections.REASONS`, each shown from 0); version conflicts (of API
 writes, and of updates whose saves lost a race).
-Read when scraped: the conversations spooled in this process while the database is down; and
+Read when scraped: secrets redacted in this process, by tenant and kind
+(:func:`memory_sql.intake.redact.counted_redactions`); the conversations spooled in this
+process while the database is down; and
 the queue's rows by status and the age of its oldest pending row (every tenant's), read from
 the database at most every :data:`QUEUE_SAMPLE_SECONDS` however often it is scraped. Labels
 come from closed sets: methods outside :data:`METHODS` are ``other``, routes are templates.
@@ -22,6 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from ..intake.redact import counted_redactions
 from ..update.rejections import REASONS
 from ..update.updater import UpdateResult
 
@@ -191,6 +194,15 @@ class _QueueCollector(Collector):
         )
         held.add_metric([], self.service.budget.refused)
         yield held
+        redacted = CounterMetricFamily(
+            "memory_sql_redactions",
+            "Secrets replaced by placeholders in this process since start (at intake and on "
+            "writes), by tenant and kind; never the secret itself",
+            labels=["tenant", "kind"],
+        )
+        for (tenant, kind), number in sorted(counted_redactions().items()):
+            redacted.add_metric([tenant, kind], number)
+        yield redacted
         if sample is None:
             return
         counts, age = sample

@@ -9,13 +9,33 @@ from datetime import datetime
 from itertools import compress, islice
 from operator import attrgetter, is_not
 from types import TracebackType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from ..errors import CapabilityMissingError, DuplicateFactError
 from ..models import Fact, MemoryDocument, Section, copy_model, new_fact_id
 from ..scope import Scope
 from .capabilities import Capability
 from .search import score_in_memory
+
+
+class WriteGuard(Protocol):
+    """What every save passes the text it writes through (new and changed facts, changed
+    sections): the text to store, or an error refusing the save. Installed on the storage
+    (:attr:`MemoryStorage.write_guard`) by a layer above, which holds the rules
+    (:mod:`memory_sql.intake.guard`)."""
+
+    def fact(self, scope: Scope, fact: Fact, counts: dict[str, int]) -> Fact:
+        """``fact`` as it may be stored (its text made safe, what was redacted added to
+        ``counts`` by kind), or raise ``ValueError``."""
+        ...
+
+    def section(self, scope: Scope, name: str, section: Section, counts: dict[str, int]) -> Section:
+        """``section`` as it may be stored (as :meth:`fact`), or raise ``ValueError``."""
+        ...
+
+    def saved(self, scope: Scope, counts: dict[str, int]) -> None:
+        """A save that redacted ``counts`` (kind → number) was stored."""
+        ...
 
 
 class MemoryStorage(ABC):
@@ -33,6 +53,16 @@ class MemoryStorage(ABC):
     """
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset()
+
+    default_write_guard: ClassVar[WriteGuard | None] = None
+    """The guard of every storage that was given none (installed by ``memory_sql``'s package:
+    the redactor and the instruction rule with their default settings)."""
+    write_guard: WriteGuard | None = None
+    """The guard this storage's saves pass new and changed text through (None: the default)."""
+
+    @property
+    def guard(self) -> WriteGuard | None:
+        return self.write_guard if self.write_guard is not None else self.default_write_guard
 
     def load(
         self,
@@ -218,6 +248,8 @@ class Changes:
     view shows them; the live fact keeps its id)."""
     positions: dict[str, int] = field(default_factory=dict)
     """Where each updated fact's id stands in the base document's facts."""
+    redactions: dict[str, int] = field(default_factory=dict)
+    """Secrets the write guard replaced in the new text, by kind (counted with the save)."""
 
     def __bool__(self) -> bool:
         return bool(self.inserted or self.updated or self.deleted or self.sections)
@@ -251,9 +283,17 @@ def _moved(base: list[Fact], facts: list[Fact]) -> tuple[list[int], list[int]]:
 _FEW = 8
 
 
-def diff_documents(base: MemoryDocument, doc: MemoryDocument, now: datetime) -> Changes:
+def diff_documents(
+    base: MemoryDocument,
+    doc: MemoryDocument,
+    now: datetime,
+    guard: WriteGuard | None = None,
+    scope: Scope | None = None,
+) -> Changes:
     """The change set from ``base`` to ``doc``, with ``updated_at`` stamped ``now`` on new and
     changed facts and on changed sections whose ``updated_at`` the caller left as it was.
+    New facts, facts whose text changed and changed sections go through ``guard`` (of
+    ``scope``): what it returns is written, what it raises refuses the save.
 
     Facts are immutable: one that is the very object ``base`` holds is unchanged, and is
     not compared field by field."""
@@ -267,6 +307,14 @@ def diff_documents(base: MemoryDocument, doc: MemoryDocument, now: datetime) -> 
         old = stored.pop(fact.id, None)
         if old is fact:
             continue
+        if (
+            guard is not None
+            and scope is not None
+            and (
+                old is None or fact.content != old.content or fact.source_error != old.source_error
+            )
+        ):
+            fact = guard.fact(scope, fact, changes.redactions)
         # Facts are frozen and their values valid: the copies need no validation.
         if old is None:
             if fact.valid_to is not None:
@@ -302,6 +350,8 @@ def diff_documents(base: MemoryDocument, doc: MemoryDocument, now: datetime) -> 
             section.__class__ is not before.__class__ or section.__dict__ != before.__dict__
         ):
             stamp = section.updated_at if section.updated_at != before.updated_at else now
+            if guard is not None and scope is not None and section.summary != before.summary:
+                section = guard.section(scope, name, section, changes.redactions)
             changes.sections[name] = section.model_copy(update={"updated_at": stamp})
     return changes
 

@@ -103,11 +103,13 @@ class FileStorage(MemoryStorage):
                     str(scope), expected_version, base.version if base.version else None
                 )
             now = utcnow()
-            changes = diff_documents(base, doc, now)
+            changes = diff_documents(base, doc, now, self.guard, scope)
             if not changes:
                 return expected_version
             stored = apply_changes(base, changes, expected_version + 1, now)
             self._write(scope, stored)
+            if changes.redactions and self.guard is not None:
+                self.guard.saved(scope, changes.redactions)
         return stored.version
 
     def _write(self, scope: Scope, doc: MemoryDocument) -> None:

@@ -25,6 +25,9 @@ The views are plain SQL over the tables and can be queried directly (see docs/ta
 - ``memory_report_superseded`` (revision 0015): tenant_id, day (UTC), closed (facts closed
   that day and still kept: superseded, removed, evicted), superseded (of those, replaced by
   another fact). The fact views above count live facts only.
+- ``memory_report_redactions`` (revision 0016): tenant_id, day (UTC), kind (of secret),
+  redactions (secrets replaced by placeholders), at_intake, at_write, by_scrub (of those, by
+  stage): counts only, never a secret (``docs/security.md``).
 """
 
 from __future__ import annotations
@@ -116,6 +119,17 @@ superseded_view = sa.Table(
     sa.Column("closed", sa.Integer),
     sa.Column("superseded", sa.Integer),
 )
+redactions_view = sa.Table(
+    "memory_report_redactions",
+    _views,
+    sa.Column("tenant_id", sa.String),
+    sa.Column("day", sa.Date),
+    sa.Column("kind", sa.String),
+    sa.Column("redactions", sa.Integer),
+    sa.Column("at_intake", sa.Integer),
+    sa.Column("at_write", sa.Integer),
+    sa.Column("by_scrub", sa.Integer),
+)
 _REVIEW_COUNTS = ("stale_offered", "stale_removed", "stale_extended", "facts_merged")
 
 llm_rejections_view = sa.Table(
@@ -161,8 +175,10 @@ def build_report(
       reply had parts refused for it and the parts refused;
     - ``superseded``: the last ``days`` UTC days, oldest first, each with the facts closed
       that day (still kept) and how many of them another fact superseded;
+    - ``redactions``: per kind of secret over the last ``days``, most first, the secrets
+      replaced by placeholders (at intake, on writes, by ``db scrub``);
     - ``totals``: facts, memories, pending and failed updates, LLM calls and tokens, reply
-      parts refused (over ``days``).
+      parts refused and secrets redacted (over ``days``).
 
     Raises:
         InvalidScopeError: ``tenant_id`` is malformed.
@@ -240,6 +256,14 @@ def build_report(
         .order_by(sa.func.sum(r.c["items"]).desc(), r.c.reason)
     )
 
+    d = redactions_view
+    redactions = (
+        sa.select(d.c.kind, _int(d.c.redactions).label("redactions"))
+        .where(where(d), d.c.day >= start, d.c.day <= today)
+        .group_by(d.c.kind)
+        .order_by(sa.func.sum(d.c.redactions).desc(), d.c.kind)
+    )
+
     x = superseded_view
     superseded = (
         sa.select(x.c.day, _int(x.c.closed).label("closed"), _int(x.c.superseded).label("sup"))
@@ -257,6 +281,7 @@ def build_report(
         usage_rows = conn.execute(usage).all()
         superseded_rows = {_day(row.day): row for row in conn.execute(superseded)}
         refused_rows = conn.execute(refused).all()
+        redaction_rows = conn.execute(redactions).all()
 
     report_categories = [
         {
@@ -313,6 +338,7 @@ def build_report(
             "completion_tokens": sum(row["completion_tokens"] for row in report_usage),
             "rejected_items": sum(row.items for row in refused_rows),
             "held_over_budget": _held(usage_rows),
+            "redactions": sum(row.redactions for row in redaction_rows),
         },
         "categories": report_categories,
         "confidence": [{"bucket": name, "facts": bucket_rows.get(name, 0)} for name in BUCKETS],
@@ -335,6 +361,7 @@ def build_report(
             {"reason": row.reason, "calls": row.calls, "items": row.items} for row in refused_rows
         ],
         "superseded": report_superseded,
+        "redactions": [{"kind": row.kind, "redactions": row.redactions} for row in redaction_rows],
     }
 
 

@@ -61,6 +61,7 @@ from .driver import (
     sqlite_times,
     unobserved,
 )
+from .redactions import record_redactions
 from .search import match_facts
 
 
@@ -890,7 +891,7 @@ class SQLStorage(MemoryStorage):
             try:
                 with self._write_transaction(scope, doc) as conn:
                     created_at, base = self._claim(conn, scope, expected_version, now)
-                    changes = diff_documents(base, doc, now)
+                    changes = diff_documents(base, doc, now, self.guard, scope)
                     if not changes:
                         conn.rollback()
                         return expected_version
@@ -901,6 +902,8 @@ class SQLStorage(MemoryStorage):
                         if make_way or not changes.inserted or not _id_taken(exc):
                             raise
                         raise _IdTaken from exc  # rolled back; again, making way
+                    if changes.redactions:
+                        record_redactions(conn, scope.tenant_id, "write", changes.redactions)
                     if in_transaction is not None:
                         in_transaction(conn)
             except _IdTaken:
@@ -909,6 +912,8 @@ class SQLStorage(MemoryStorage):
             break
         stored = apply_changes(base, changes, new_version, now)
         self._cache.put(scope, (new_version, created_at), stored)
+        if changes.redactions and self.guard is not None:
+            self.guard.saved(scope, changes.redactions)
         return new_version
 
     def _save_from_cache(
@@ -925,7 +930,9 @@ class SQLStorage(MemoryStorage):
         if cached is None:
             return None
         created_at, base = cached
-        changes = diff_documents(base, doc, now)
+        changes = diff_documents(base, doc, now, self.guard, scope)
+        if changes.redactions:  # counted in the save's transaction: the transactional path
+            return None
         if not changes:  # nothing to write, if the memory is still at that version
             return expected_version if self._still_at(scope, expected_version, created_at) else None
         new_version = expected_version + 1

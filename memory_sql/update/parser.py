@@ -86,6 +86,7 @@ from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
 from ..errors import InvalidUpdateError
+from ..intake.instructions import instruction_in
 from ..models import HISTORY_SECTIONS, MAX_VALID_DAYS, USER_SECTIONS, check_text, clean_category
 from . import review
 from .prompt import EXAMPLE_TEXTS
@@ -185,6 +186,13 @@ def _storable(value: str, *, field: str) -> str:
             "placeholder",
             "{field} '{text}' is a placeholder",
             {"field": field, "text": stripped[:40]},
+        )
+    found = instruction_in(stripped)
+    if found is not None:
+        raise PydanticCustomError(
+            "instruction",
+            "{field} is worded as an instruction to the assistant ('{text}')",
+            {"field": field, "text": found[:40]},
         )
     return stripped
 
@@ -471,6 +479,12 @@ def read_update(data: dict[str, Any]) -> MemoryUpdate:
     history = reading.group(HistoryUpdate, HISTORY_SECTIONS, _pick(data, "history"), "history")
     facts = reading.facts(_pick(data, "newFacts", "new_facts"))
     removals = reading.ids("removal", _pick(data, "factsToRemove", "facts_to_remove"), MAX_REMOVALS)
+    if removals and any(item.kind == "fact" for item in reading.dropped):
+        # A removal is applied only with what replaces it: a new fact of this reply was
+        # refused, so its removals are held back, the old facts kept (and counted).
+        for fact_id in removals:
+            reading.dropped.append(Rejection("removal", "replacement_refused", fact_id))
+        removals = []
     reinforced = reading.ids(
         "reinforcement", _pick(data, "factsToReinforce", "facts_to_reinforce"), MAX_AGING_ITEMS
     )
@@ -678,6 +692,7 @@ def _reason(exc: ValidationError) -> str:
         "malformed",
         "empty",
         "placeholder",
+        "instruction",
         "confidence_invalid",
         "confidence_out_of_range",
         "category_invalid",

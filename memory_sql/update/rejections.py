@@ -21,7 +21,9 @@ Parsing:
 - ``confidence_out_of_range``: outside [0, 1] by more than
   :data:`~memory_sql.update.parser.CONFIDENCE_TOLERANCE` (within it, the value is clamped);
 - ``confidence_invalid``: a confidence missing, or not a number (``"high"``, ``true``, NaN);
-- ``category_invalid``: a category that is not a short label (``"pref erence!"``).
+- ``category_invalid``: a category that is not a short label (``"pref erence!"``);
+- ``instruction``: a fact or summary worded as an instruction or a role marker aimed at the
+  assistant (:mod:`memory_sql.intake.instructions`): memory is data, never instructions.
 
 Applying:
 
@@ -29,7 +31,10 @@ Applying:
 - ``label_missing``, ``label_unknown``: a scope-gate label left out, or not one of its values;
 - ``thread_scope``, ``project_scope``, ``temporary``, ``transactional``: the gate's verdicts;
 - ``one_off``: labelled durable, but written as a rule for the task at hand ("for this
-  report …", "today …").
+  report …", "today …");
+- ``replacement_refused``: a removal held back because a new fact of the same reply was
+  refused (by the parser, for any reason above, or by the scope gate): a removal is applied
+  only with what replaces it, so the old fact stays live (``docs/security.md``).
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ PARSE_REASONS = (
     "confidence_out_of_range",
     "confidence_invalid",
     "category_invalid",
+    "instruction",
 )
 APPLY_REASONS = (
     "unknown_id",
@@ -57,6 +63,7 @@ APPLY_REASONS = (
     "temporary",
     "transactional",
     "one_off",
+    "replacement_refused",
 )
 REASONS = PARSE_REASONS + APPLY_REASONS
 """Every reason a part of a reply is refused (a closed set: metric labels come from it)."""

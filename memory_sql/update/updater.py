@@ -77,6 +77,7 @@ from ..errors import (
 )
 from ..intake.filter import filter_messages_for_memory
 from ..intake.messages import Message
+from ..intake.redact import redactor_of
 from ..intake.uploads import mentions_upload, strip_upload_mentions
 from ..models import Fact, MemoryDocument, Section, fact_key, utcnow
 from ..pattern_files import load_patterns
@@ -264,6 +265,7 @@ def apply_update(
     longest = review.max_valid_days(config)
 
     skipped: list[tuple[str, str]] = []
+    redactor = redactor_of(config)
     by_key = {_key(fact.content): fact.id for fact in doc.facts} if update.new_facts else {}
     keys = set(by_key)
     new: list[Fact] = []
@@ -291,11 +293,11 @@ def apply_update(
             keys.add(key)
             days = proposed.expected_valid_days
             fact = Fact(
-                content=proposed.content,
+                content=redactor(proposed.content),
                 category=proposed.category,
                 confidence=proposed.confidence,
                 source_thread_id=thread_id,
-                source_error=proposed.source_error,
+                source_error=proposed.source_error and redactor(proposed.source_error),
                 created_at=now,
                 updated_at=now,
                 expected_valid_days=None if days is None else min(days, longest),
@@ -303,6 +305,16 @@ def apply_update(
             new.append(fact)
             for old_id in proposed.replaces:
                 replaced.setdefault(old_id, fact.id)
+    if removed and any(kind == "fact" for kind, _, _ in gated):
+        # A removal is applied only with what replaces it: a new fact was kept out, so the
+        # facts this reply removed stay live (the parser holds them back for its refusals).
+        back = set(removed)
+        doc.facts = sorted(
+            [*doc.facts, *(fact for fact in memory.facts if fact.id in back)],
+            key=lambda fact: (fact.created_at, fact.id),
+        )
+        gated.extend(("removal", fact_id, "replacement_refused") for fact_id in removed)
+        removed = []
     doc.facts.extend(new)
     replaced = {old: new_id for old, new_id in replaced.items() if old in held}
     if replaced:
@@ -466,7 +478,9 @@ class MemoryUpdater:
         scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=tenant_id)
         check_thread_id(thread_id)
         conversation = filter_messages_for_memory(
-            messages, patterns=load_patterns(self.config.patterns_dir)
+            messages,
+            patterns=load_patterns(self.config.patterns_dir),
+            redactor=redactor_of(self.config),
         )
         return self.update_from(
             conversation,
@@ -671,6 +685,10 @@ class _Run:
             options: dict[str, Any] = {"schema": update_json_schema()}
             if temperature is not None:  # else the client's own
                 options["temperature"] = temperature
+            # What reaches the LLM is redacted once more: memory written before redaction, a
+            # queue row of an older version, or a conversation given as Message objects.
+            redact = redactor_of(self.config)
+            messages = [{**message, "content": redact(message["content"])} for message in messages]
             completion = self.llm.complete(messages, **options)
         except LLMError as exc:
             self.usage = _Usage(self.llm.model or "", 0, 0, False, _ms_since(started))

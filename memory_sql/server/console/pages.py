@@ -25,6 +25,7 @@ from markupsafe import Markup, escape
 
 from ... import ops
 from ...errors import StorageError, UpdateNotFoundError
+from ...intake.guard import redacted_document
 from ...models import format_timestamp, utcnow
 from ...ops import history
 from ...ops.reports import build_report
@@ -293,7 +294,7 @@ def _memory_page(
     if isinstance(scope, Response):
         return scope
     with caller.acting():
-        doc = console.state.storage.load(**scope.arguments())
+        doc = redacted_document(console.state.storage.load(**scope.arguments()))
         summary = ops.list_users(console.state.engine, tenant_id=caller.tenant_id, user_id=user_id)
         facts = doc.facts
         if q.strip():
@@ -430,7 +431,7 @@ def fact_history(console: SignedIn, user_id: str, fact_id: str, agent: str = "")
         return scope
     with caller.acting():
         events, _ = history.change_log(console.state.engine, scope, fact_id=fact_id, limit=500)
-        doc = console.state.storage.load(**scope.arguments())
+        doc = redacted_document(console.state.storage.load(**scope.arguments()))
     if not events:
         return console.page("error.html", 404, message=f"no history of fact {fact_id!r}")
     current = next((fact for fact in doc.facts if fact.id == fact_id), None)
@@ -456,7 +457,7 @@ def export_memory(console: SignedIn, user_id: str, agent: str = "") -> Response:
     if isinstance(scope, Response):
         return scope
     with caller.acting():
-        doc = console.state.storage.load(**scope.arguments())
+        doc = redacted_document(console.state.storage.load(**scope.arguments()))
     if doc.version == 0:
         return console.page("error.html", 404, message=f"no memory of user {user_id!r}")
     name = f"{scope.user_id}-{scope.agent_name or 'no-agent'}.memory.json"

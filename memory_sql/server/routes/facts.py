@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from ... import ops
+from ...intake.guard import redacted_document
 from ...ops import history
 from ...scope import Scope
 from ...text_search import query_terms, search_text
@@ -151,7 +152,7 @@ def _facts_as_of(
     """The version of the memory at ``as_of`` and the facts believed then, highest confidence
     first, filtered as a search is (``q``: every term of it among the fact's)."""
     with caller.acting():
-        doc = state.storage.load(**scope.arguments(), as_of=as_of)
+        doc = redacted_document(state.storage.load(**scope.arguments(), as_of=as_of))
     if doc.version == 0 and doc.last_updated is None:
         raise not_found(f"no memory of user {scope.user_id!r}")
     wanted = set(query_terms(q)) if q and q.strip() else set()

@@ -16,6 +16,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ... import ops
 from ...errors import ImportFileError
+from ...intake.guard import redacted_document
 from ...intake.messages import Message, normalize_messages
 from ...models import MemoryDocument
 from ...scope import Scope
@@ -46,7 +47,7 @@ def _load(
     if doc.version == 0 and (as_of is None or doc.last_updated is None):
         agent = f", agent {agent_name!r}" if agent_name else ""
         raise not_found(f"no memory of user {user_id!r}{agent}")
-    return doc
+    return redacted_document(doc)
 
 
 @router.get(
