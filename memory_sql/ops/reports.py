@@ -16,5 +16,5 @@ from ..storage.reports import largest_view as largest_view
 from ..storage.reports import llm_rejections_view as llm_rejections_view
 from ..storage.reports import llm_usage_view as llm_usage_view
 from ..storage.reports import queue_view as queue_view
-from ..storage.reports import superseded_view as superseded_view
 from ..storage.reports import redactions_view as redactions_view
+from ..storage.reports import superseded_view as superseded_view

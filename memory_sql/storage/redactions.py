@@ -11,11 +11,11 @@ from collections.abc import Mapping
 from datetime import date
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from ..models import utcnow
 from ..schema import memory_redactions
+from .dialects import dialect_of
 
 STAGES = ("intake", "write", "scrub")
 
@@ -44,8 +44,7 @@ def record_redactions(
     ]
     if not rows:
         return
-    insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
-    statement = insert(memory_redactions)
+    statement = dialect_of(conn).insert(memory_redactions)
     conn.execute(
         statement.on_conflict_do_update(
             index_elements=["tenant_id", "day", "kind", "stage"],
