@@ -95,26 +95,17 @@ class MemoryService:
         )
         queue_engine = queue_engine_for(self.storage, self._owned_engines)
         check_writable(queue_engine)
-        self.queue = UpdateQueue(
-            queue_engine,
-            debounce_seconds=self.config.debounce_seconds,
-            max_debounce_seconds=self.config.max_debounce_seconds,
-            lease_seconds=self.config.lease_seconds,
-            max_attempts=self.config.max_attempts,
-            retry_backoff_seconds=self.config.retry_backoff_seconds,
-            max_row_messages=self.config.queue_max_row_messages,
-            max_row_bytes=self.config.queue_max_row_bytes,
-        )
+        self.queue = UpdateQueue(queue_engine, self.config.queue)
         self.updater = MemoryUpdater(self.config, self.storage, llm)
         self.budget = LLMBudget(
             self.storage.engine if isinstance(self.storage, SQLStorage) else None,
-            daily_calls=self.config.llm_daily_calls_per_tenant,
-            daily_tokens=self.config.llm_daily_tokens_per_tenant,
+            daily_calls=self.config.llm.daily_calls_per_tenant,
+            daily_tokens=self.config.llm.daily_tokens_per_tenant,
         )
         self.counter = make_token_counter(
-            self.config.token_counting, self.config.tiktoken_encoding_file
+            self.config.tokens.counting, self.config.tokens.encoding_file
         )
-        self.recall = Recall(self.config, self.storage, self.counter)
+        self.recall = Recall(self.config.recall, self.storage, self.counter)
         self.update_run = UpdateRun(
             queue=self.queue,
             updater=self.updater,
@@ -128,17 +119,17 @@ class MemoryService:
         self.worker = UpdateWorker(
             self.queue,
             self.update_run,
-            workers=self.config.workers,
-            sweep_interval=self.config.sweep_interval_seconds,
+            workers=self.config.queue.workers,
+            sweep_interval=self.config.queue.sweep_interval_seconds,
         )
         self.spool = Spool(
             self.queue,
-            directory=spool_directory(self.config.spool_dir, self.queue.engine.url)
-            if self.config.spool_max_conversations
+            directory=spool_directory(self.config.spool.directory, self.queue.engine.url)
+            if self.config.spool.max_conversations
             else None,
-            max_conversations=self.config.spool_max_conversations,
-            max_per_tenant=self.config.spool_max_per_tenant,
-            retry_seconds=self.config.spool_retry_seconds,
+            max_conversations=self.config.spool.max_conversations,
+            max_per_tenant=self.config.spool.max_per_tenant,
+            retry_seconds=self.config.spool.retry_seconds,
             on_queued=self.worker.notify,
         )
         warn_if_lease_too_short(self.config)
@@ -149,8 +140,10 @@ class MemoryService:
         if start:
             self._warn_if_no_model()
             self.worker.start()
-            if self.config.closed_fact_retention_days > 0:
-                self.worker.every(self.config.purge_interval_seconds, self.purge_closed, "purge")
+            if self.config.retention.closed_fact_days > 0:
+                self.worker.every(
+                    self.config.retention.purge_interval_seconds, self.purge_closed, "purge"
+                )
 
     # the agent's side ------------------------------------------------------------------------
 
@@ -277,7 +270,7 @@ class MemoryService:
         """Delete the closed facts older than ``closed_fact_retention_days`` (0: none); what
         the worker runs every ``purge_interval_seconds``. Returns how many; never raises (a
         failure is logged, and the next run tries again)."""
-        days = self.config.closed_fact_retention_days
+        days = self.config.retention.closed_fact_days
         if days <= 0:
             return 0
         try:
@@ -513,7 +506,7 @@ class MemoryService:
             "MEMORY_SQL_MODEL_NAME or OPENAI_MODEL): every update will fail, and after "
             "max_attempts (%d) stay failed in the queue; `memory-sql queue list --failed` "
             "shows them, `memory-sql queue retry --all` runs them again",
-            self.config.max_attempts,
+            self.config.queue.max_attempts,
         )
 
     def _problem(self, message: str, *args: object) -> None:

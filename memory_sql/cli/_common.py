@@ -264,7 +264,7 @@ def read_config(config: Path | None, url: str | None = None) -> MemoryConfig:
     """
     loaded = MemoryConfig.from_yaml(config) if config is not None else MemoryConfig.from_env()
     if url is not None:
-        loaded = loaded.model_copy(update={"storage": url})
+        loaded = loaded.replace(storage=url)
     return loaded
 
 

@@ -4,7 +4,7 @@
 ``openai`` client at this server::
 
     with ReplayLLM(load_recordings()) as replay:
-        config = config.model_copy(update={"llm_base_url": replay.base_url, ...})
+        config = config.replace(llm_base_url=replay.base_url, ...)
 
 Each request is matched to a recording by what it asks about, never by arrival order: the
 recording whose ``match`` phrase occurs in the ``<conversation>`` part of the prompt (the

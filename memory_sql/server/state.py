@@ -92,7 +92,7 @@ def _ready_engine(config: MemoryConfig) -> Engine:
             key="storage",
         )
     engine = create_engine(
-        config.storage, tenant_default=NO_TENANT, pool_size=max(10, config.workers + 8)
+        config.storage, tenant_default=NO_TENANT, pool_size=max(10, config.queue.workers + 8)
     )
     try:
         migrations.prepare_schema(engine, auto_migrate=config.auto_migrate)

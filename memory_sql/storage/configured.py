@@ -40,7 +40,7 @@ def open_configured(config: MemoryConfig, owned: list[Engine]) -> MemoryStorage:
     target = config.storage
     if "://" not in target and not target.startswith("sqlite:"):
         return FileStorage(target)
-    engine = create_engine(target, pool_size=max(5, config.workers + 3))
+    engine = create_engine(target, pool_size=max(5, config.queue.workers + 3))
     owned.append(engine)
     try:
         # A new SQLite file gets the schema; anything else only with auto_migrate.

@@ -213,13 +213,13 @@ class UpdateRun:
 
 def warn_if_lease_too_short(config: MemoryConfig) -> None:
     """Log when a lease may end before the LLM call it covers (the row would run twice)."""
-    worst_llm_call = config.llm_timeout_seconds * (config.llm_max_retries + 1)
-    if config.lease_seconds <= worst_llm_call:
+    worst_llm_call = config.llm.timeout_seconds * (config.llm.max_retries + 1)
+    if config.queue.lease_seconds <= worst_llm_call:
         logger.warning(
             "memory_sql: lease_seconds (%s) is not longer than an LLM call may take "
             "(llm_timeout_seconds × (llm_max_retries + 1) = %s): a slow update may be "
             "claimed and run again by another worker",
-            config.lease_seconds,
+            config.queue.lease_seconds,
             worst_llm_call,
         )
 

@@ -245,7 +245,7 @@ class SQLMemoryManager(MemoryManager):
             "memory_sql: DeerFlow memory in %s (tenant %s, %s)",
             settings.redacted_url(),
             settings.tenant_id,
-            f"{settings.config.workers} in-process workers"
+            f"{settings.config.queue.workers} in-process workers"
             if settings.in_process_worker
             else "updates left to `memory-sql worker`",
         )
@@ -318,9 +318,9 @@ class SQLMemoryManager(MemoryManager):
                 doc = doc.model_copy(update={"facts": []})
             return format_memory_for_injection(
                 doc,
-                config.injected_memory_max_tokens,
-                config.guaranteed_categories,
-                config.guaranteed_token_budget,
+                config.recall.injected_memory_max_tokens,
+                config.recall.guaranteed_categories,
+                config.recall.guaranteed_token_budget,
                 self._service.counter,
             )
         except Exception:
@@ -580,8 +580,8 @@ class SQLMemoryManager(MemoryManager):
         is as configured (tiktoken's ``cl100k_base`` loaded, or ``token_counting`` off);
         False when it fell back to the character estimate."""
         config = self._settings.config
-        counter = make_token_counter(config.token_counting, config.tiktoken_encoding_file)
-        return not config.token_counting or not isinstance(counter, EstimateCounter)
+        counter = make_token_counter(config.tokens.counting, config.tokens.encoding_file)
+        return not config.tokens.counting or not isinstance(counter, EstimateCounter)
 
     def shutdown_flush(self, timeout: float) -> bool:
         """Run every waiting update now, for at most ``timeout`` seconds (a hard bound: the
