@@ -24,6 +24,7 @@ quick: lint  ## the edit-test loop: the suite without the slow fault tests and t
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 # The benchmarks' peers (LangGraph's PostgresStore and SqliteStore) come with the `bench` extra.
 $(VENV)/.bench-installed: $(VENV)/.installed pyproject.toml

@@ -38,7 +38,15 @@ from .errors import SpoolFullError
 from .intake import KeptConversation, take_conversation
 from .models import MemoryDocument, utcnow
 from .pattern_files import load_patterns
-from .queue import Spool, UpdateQueue, UpdateWorker, manage, spool_directory
+from .queue import (
+    PendingUpdate,
+    RunOutcome,
+    Spool,
+    UpdateQueue,
+    UpdateWorker,
+    manage,
+    spool_directory,
+)
 from .queue.manage import QueueChange, QueuedUpdate, UpdateKey
 from .recall.context import Recall
 from .scope import Scope, check_thread_id
@@ -118,7 +126,7 @@ class MemoryService:
         )
         self.worker = UpdateWorker(
             self.queue,
-            self.update_run,
+            self._run,
             workers=self.config.queue.workers,
             sweep_interval=self.config.queue.sweep_interval_seconds,
         )
@@ -495,6 +503,11 @@ class MemoryService:
                 "memory_sql: cannot queue thread %r of user %r for memory", thread_id, user_id
             )
             return False
+
+    def _run(self, item: PendingUpdate) -> RunOutcome:
+        """What the worker runs for each row: :class:`~memory_sql.update.run.UpdateRun` (a
+        subclass may wrap it: the DeerFlow backend sets its host's context around it)."""
+        return self.update_run(item)
 
     def _warn_if_no_model(self) -> None:
         """Say once, when updates are about to run, that there is no model to run them."""

@@ -72,11 +72,12 @@ def _folding_help() -> Iterator[None]:
     if getattr(rich_utils, "Columns", None) is not Columns:  # a Typer that draws it otherwise
         yield
         return
-    rich_utils.Columns = _FoldingColumns  # type: ignore[misc]
+    # typer's rich_utils imports rich's Columns without re-exporting it; this replaces it.
+    rich_utils.Columns = _FoldingColumns  # type: ignore[attr-defined]
     try:
         yield
     finally:
-        rich_utils.Columns = Columns  # type: ignore[misc]
+        rich_utils.Columns = Columns  # type: ignore[attr-defined]  # as above
 
 
 def _usage_piece(piece: str) -> str:
@@ -210,7 +211,8 @@ def _follow_terminal_width() -> None:
     columns = os.environ.get("COLUMNS", "").strip()
     width = int(columns) if columns.isdigit() and int(columns) > 0 else None
     for console in (out, err):
-        console.width = width  # type: ignore[assignment]  (None: the terminal's own)
+        # rich's setter is typed int but takes None: the terminal's own width again.
+        console.width = width  # type: ignore[assignment]
         # To a file or a pipe, lines are never broken (tables still fit the width).
         console.soft_wrap = not console.is_terminal
 

@@ -25,7 +25,7 @@ from ..demo import SampleConversation, load_conversations
 from ..demo.replay import MODEL, ReplayLLM, load_recordings
 from ..errors import MemorySQLError
 from ..models import MemoryDocument
-from ..scope import Scope
+from ..scope import Scope, ScopeArguments
 from ..service import MemoryService
 from ..update.prompt import SECTION_KEYS
 from ..update.rejections import describe
@@ -302,7 +302,11 @@ def _feed(
     total: int,
     settings: MemoryConfig,
 ) -> None:
-    scope = {"user_id": sample.user_id, "agent_name": sample.agent_name}
+    scope: ScopeArguments = {
+        "user_id": sample.user_id,
+        "agent_name": sample.agent_name,
+        "tenant_id": None,
+    }
     kept = service.take_conversation(sample.messages)
     found = kept.signals
     signals = [name for name in ("correction", "reinforcement") if getattr(found, name)]
@@ -364,7 +368,11 @@ def _print_changes(before: MemoryDocument, after: MemoryDocument) -> None:
 
 
 def _show(service: MemoryService, sample: SampleConversation) -> None:
-    scope = {"user_id": sample.user_id, "agent_name": sample.agent_name}
+    scope: ScopeArguments = {
+        "user_id": sample.user_id,
+        "agent_name": sample.agent_name,
+        "tenant_id": None,
+    }
     doc = service.storage.load(**scope)
     facts = Table(
         title=f"Facts of {lit(Scope.of(**scope))} (version {doc.version})", title_justify="left"

@@ -567,7 +567,7 @@ def worker(
     took = time.monotonic() - started
     if not finished:
         err.print(
-            f"[yellow]{plural(left['in_flight'], 'update')} still running after "
+            f"[yellow]{plural(left['in_flight'] or 0, 'update')} still running after "
             f"{shutdown_timeout:g} s were abandoned; their rows run again when the lease "
             f"expires ({settings.queue.lease_seconds:g} s)[/yellow]"
         )

@@ -79,7 +79,7 @@ class ReplayLLM:
             target=self._server.serve_forever, args=(0.05,), name="replay-llm", daemon=True
         )
         self._thread.start()
-        host, port = self._server.server_address[:2]
+        host, port = str(self._server.server_address[0]), self._server.server_address[1]
         self.base_url = f"http://{host}:{port}/v1"
 
     def answer(self, body: Mapping[str, Any]) -> tuple[int, dict[str, Any]]:

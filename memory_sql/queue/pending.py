@@ -578,6 +578,7 @@ class UpdateQueue:
                 "last_error": error,
             }
             if row.generation != item.generation:
+                values: dict[str, Any]
                 outcome, values = "superseded", {"attempts": 0}
                 if item.kind == "flush":  # the failed run's messages are in no other row
                     unrun = [m.to_dict() for m in item.messages] + json.loads(row.messages)
@@ -685,7 +686,7 @@ class UpdateQueue:
             yield conn
 
 
-def count_statement(now: datetime) -> sa.Select[Any]:
+def count_statement(now: datetime) -> sa.Select[int, int, int, int]:
     """The queue's rows ``pending`` (waiting or running), ``failed`` (given up), ``leased``
     (running anywhere now) and ``due`` (waiting and due now), as one row of those columns."""
     leased = sa.and_(pending.c.lease_until.is_not(None), pending.c.lease_until >= now)

@@ -123,7 +123,8 @@ def _warn_if_row_security_is_bypassed(engine: Engine) -> None:
 
 
 async def _state(request: Request) -> ServerState:
-    return request.app.state.memory
+    state: ServerState = request.app.state.memory
+    return state
 
 
 State = Annotated[ServerState, Depends(_state)]

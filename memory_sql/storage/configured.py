@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from sqlalchemy.engine import Engine
@@ -36,7 +37,8 @@ def open_configured(config: MemoryConfig, owned: list[Engine]) -> MemoryStorage:
         # storage: {use: pkg.module:Class, url: …} builds Class(url); without a url, Class().
         cls = load_storage_class(config.storage_class)
         given = "storage" in config.model_fields_set
-        return cls(config.storage) if given else cls()
+        build: Callable[..., MemoryStorage] = cls  # a subclass may take the location
+        return build(config.storage) if given else build()
     target = config.storage
     if "://" not in target and not target.startswith("sqlite:"):
         return FileStorage(target)

@@ -103,8 +103,8 @@ def match_facts(
     rows = _rows(engine, sql, params)
     if engine.dialect.name == "postgresql":
         key = (scope.tenant_id, scope.user_id, scope.agent_key)
-        own = [(row[0], row[1]) for row in rows if tuple(row[2:]) == key]
-        return bm25(own, terms, limit=limit, facts=facts)
+        mine = [(row[0], row[1]) for row in rows if tuple(row[2:]) == key]
+        return bm25(mine, terms, limit=limit, facts=facts)
     return [(row[0], float(row[1])) for row in rows]
 
 
@@ -112,7 +112,8 @@ def _rows(engine: Engine, sql: str, params: dict[str, Any]) -> list[Any]:
     if unobserved(engine):
         try:
             with DriverConnection(engine) as dbapi:
-                return dbapi.execute(sql, params).fetchall()
+                found: list[Any] = dbapi.execute(sql, params).fetchall()
+                return found
         except DriverFallback:
             pass
     statement = sa.text(_named(sql) if engine.dialect.name == "postgresql" else sql)
@@ -167,7 +168,7 @@ def _term_counts(text: str) -> tuple[dict[str, int], int]:
 
 def search_condition(
     engine: Engine, terms: Sequence[str]
-) -> tuple[sa.ColumnElement, sa.ColumnElement]:
+) -> tuple[sa.ColumnElement[Any], sa.ColumnElement[Any]]:
     """A condition true for facts holding every term (each also as a prefix), and a relevance
     (higher is better) for them, for a search over ``memory_facts`` across memories."""
     if engine.dialect.name == "postgresql":
@@ -182,7 +183,7 @@ def search_condition(
         "WHERE memory_facts_fts MATCH :search_match"
     ).bindparams(search_match=match)
     hits = fts.columns(sa.column("rowid", sa.Integer), sa.column("rank", sa.Float)).subquery()
-    rowid = sa.literal_column("memory_facts.rowid")
+    rowid: sa.ColumnElement[Any] = sa.literal_column("memory_facts.rowid")
     relevance = sa.select(-hits.c.rank).where(hits.c.rowid == rowid).scalar_subquery()
     return rowid.in_(sa.select(hits.c.rowid)), relevance
 
@@ -244,21 +245,21 @@ FROM pg_attrdef AS d JOIN pg_attribute AS a ON a.attrelid = d.adrelid AND a.attn
 WHERE d.adrelid = 'memory_facts'::regclass AND a.attname = 'search_vector'"""
 
 
-class _RegConfigType(sa.types.UserDefinedType):
+class _RegConfigType(sa.types.UserDefinedType[Any]):
     cache_ok = True
 
     def get_col_spec(self, **kw: object) -> str:
         return "regconfig"
 
 
-class _TSQueryType(sa.types.UserDefinedType):
+class _TSQueryType(sa.types.UserDefinedType[Any]):
     cache_ok = True
 
     def get_col_spec(self, **kw: object) -> str:
         return "tsquery"
 
 
-class _TSVectorType(sa.types.UserDefinedType):
+class _TSVectorType(sa.types.UserDefinedType[Any]):
     cache_ok = True
 
     def get_col_spec(self, **kw: object) -> str:

@@ -84,7 +84,7 @@ def _hybrid_order(
             hot = math.log1p(count) / scale
             if last is not None:
                 hot *= 2.0 ** (-_days(now, last) / HEAT_HALF_LIFE_DAYS)
-        return (
+        return float(
             config.eviction.confidence_weight * fact.confidence
             + config.eviction.freshness_weight * fresh
             + config.eviction.heat_weight * hot

@@ -638,7 +638,7 @@ class _Reading:
             except ValidationError as exc:
                 self.drop(kind, _reason(exc), raw, _describe(exc, f"{kind}.{position}"))
                 continue
-            texts = [item.id] if hasattr(item, "id") else [*item.source_ids]
+            texts = [item.id] if hasattr(item, "id") else [*getattr(item, "source_ids", ())]
             if isinstance(item, review.Consolidation):
                 texts.append(item.consolidated.content)
             bad = next((text for text in texts if placeholder(text)), None)

@@ -22,11 +22,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..config import MemoryConfig
 from ..errors import LeaseLostError, MemorySQLError
+from ..intake.messages import Message
 from ..queue import PendingUpdate, RunOutcome, UpdateQueue
 from ..tenancy import acting_for
 from ..tokens import TokenCounter
@@ -103,8 +104,10 @@ class UpdateRun:
             mark = None
         # A turn's oldest messages were learned from in earlier runs; a flush's were not, so a
         # flush too long for one prompt is learned from part by part.
-        parts = split_conversation(messages) if item.kind == "flush" else [messages]
-        parts = parts or [[]]
+        parts: list[Sequence[Message]] = (
+            [*split_conversation(messages)] if item.kind == "flush" else [messages]
+        )
+        parts = parts or [()]
         single = len(parts) == 1
         completed = False
         moved = False

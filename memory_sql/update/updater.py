@@ -574,11 +574,7 @@ class _Run:
         self.llm = updater.llm
         self.scope = scope
         self.thread_id = thread_id
-        self.where = {
-            "user_id": scope.user_id,
-            "agent_name": scope.agent_name,
-            "tenant_id": scope.tenant_id,
-        }
+        self.where = scope.arguments()
         self.in_transaction = in_transaction
         self.attempt = attempt
         self.tokens = (0, 0)

@@ -401,7 +401,8 @@ class SQLMemoryManager(MemoryManager):
             for fact_id in ranked
             if fact_id in by_id and (wanted is None or by_id[fact_id].category == wanted)
         ][:top_k]
-        return MemoryDocument(facts=facts).to_deerflow()["facts"]
+        found: list[dict[str, Any]] = MemoryDocument(facts=facts).to_deerflow()["facts"]
+        return found
 
     def get_memory(
         self, *, user_id: str | None = None, agent_name: str | None = None
@@ -656,11 +657,7 @@ class SQLMemoryManager(MemoryManager):
     def _change(self, scope: Scope, change: Callable[[MemoryDocument], None]) -> MemoryDocument:
         """Load, ``change``, save with the version loaded; again on a version conflict, up
         to :data:`memory_sql.ops.SAVE_ATTEMPTS` times. Returns the memory as stored."""
-        where = {
-            "user_id": scope.user_id,
-            "agent_name": scope.agent_name,
-            "tenant_id": scope.tenant_id,
-        }
+        where = scope.arguments()
         with _contract_errors():
             for attempt in range(1, ops.SAVE_ATTEMPTS + 1):
                 doc = self._storage.load(**where)
