@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar, cast
 from urllib.parse import unquote, urlsplit
 
 import typer
@@ -33,16 +33,17 @@ class _Conventions:
     flag (``--json``, not ``--json <bool>``), and help text that is wrapped, never cut short
     with ``…`` (a URL or a variable name longer than its column is folded whole)."""
 
+    # A mixin: super() is the click command or group it is mixed into (Any to mypy).
     def format_help(self, ctx: Any, formatter: Any) -> None:
         with _folding_help():
-            super().format_help(ctx, formatter)  # type: ignore[misc]
+            cast(Any, super()).format_help(ctx, formatter)
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
-        pieces: list[str] = super().collect_usage_pieces(ctx)  # type: ignore[misc]
+        pieces: list[str] = cast(Any, super()).collect_usage_pieces(ctx)
         return [_usage_piece(piece) for piece in pieces]
 
     def get_params(self, ctx: Any) -> list[Any]:
-        params: list[Any] = super().get_params(ctx)  # type: ignore[misc]
+        params: list[Any] = cast(Any, super()).get_params(ctx)
         for param in params:
             if getattr(param, "is_flag", False) and param.metavar is None:
                 param.metavar = ""

@@ -88,6 +88,7 @@ def serve(
             access_log=False,  # the service logs each request itself, with its id
             log_config=None,
             http=guarded_protocol(settings.server.header_timeout_seconds),
+            # uvicorn types it int, but uses it as asyncio's float delay.
             timeout_keep_alive=settings.server.keep_alive_seconds,  # type: ignore[arg-type]
             # uvicorn refuses a request once its connections, the request's own counted, reach
             # limit_concurrency: + 1 serves server_max_connections connections, 503 past them.

@@ -196,7 +196,7 @@ class _Idle:
 
     def __init__(self, engine: Engine, pool: QueuePool) -> None:
         self.engine = engine
-        self.pool = pool
+        self.pool: QueuePool | None = pool  # None in a forked child
         self.most = pool.size() // 2
         self.alive = 0
         self.connections: list[_Kept] = []
@@ -226,6 +226,8 @@ class _Idle:
 
     def _stale(self, kept: _Kept) -> bool:
         pool = self.pool
+        if pool is None:  # a forked child's: none of its connections is to be used
+            return True
         recycle = pool._recycle
         return pool._invalidate_time > kept.since or (
             recycle > -1 and time.time() - kept.since > recycle
@@ -322,7 +324,7 @@ def _forget_in_child() -> None:
     for idle in list(_every_idle):
         _inherited.extend(idle.connections)
         idle.connections.clear()
-        idle.pool = None  # type: ignore[assignment]
+        idle.pool = None
 
 
 os.register_at_fork(after_in_child=_forget_in_child)
@@ -384,7 +386,7 @@ class DriverConnection:
         kept, idle = self.kept, self.idle
         if exc is None:
             if kept is not None:
-                idle.give_back(kept)  # type: ignore[union-attr]
+                cast(_Idle, idle).give_back(kept)  # kept comes from idle
             elif idle is not None and idle.adopt():
                 self._keep_checked_out(idle)
             else:
@@ -412,9 +414,9 @@ class DriverConnection:
             if kept is None:
                 self.fairy.close()
             elif not dead and _between_transactions(dbapi):  # a refused statement, say
-                idle.give_back(kept)  # type: ignore[union-attr]
+                cast(_Idle, idle).give_back(kept)
             else:
-                idle.discard(kept)  # type: ignore[union-attr]
+                cast(_Idle, idle).discard(kept)
 
     def _keep_checked_out(self, idle: _Idle) -> None:
         fairy = self.fairy

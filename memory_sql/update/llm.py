@@ -439,8 +439,10 @@ def _error_detail(body: Any) -> str:
 def _root_cause(exc: BaseException) -> str:
     """The innermost cause of a connection error, e.g. ``ConnectionRefusedError``."""
     seen = exc
-    while seen.__cause__ is not None or seen.__context__ is not None:
-        seen = seen.__cause__ or seen.__context__  # type: ignore[assignment]
+    inner = seen.__cause__ or seen.__context__
+    while inner is not None:
+        seen = inner
+        inner = seen.__cause__ or seen.__context__
     if isinstance(seen, ConnectionRefusedError) or "refused" in str(seen).lower():
         return "connection refused"
     return f"{type(seen).__name__}: {seen}" if str(seen) else type(seen).__name__

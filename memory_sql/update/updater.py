@@ -540,7 +540,9 @@ class MemoryUpdater:
             now = utcnow()
             if not review.offer(memory, self.config, now).stale:
                 return False
-            engine = self.storage.engine  # type: ignore[attr-defined]
+            engine = getattr(self.storage, "engine", None)  # _keeps_usage: a SQL store
+            if engine is None:
+                return False
             calls = memory_llm_calls.c
             last = sa.select(sa.func.max(calls.called_at)).where(
                 calls.tenant_id == scope.tenant_id,
@@ -849,9 +851,11 @@ class _Run:
         """Write the usage row of this run's LLM call on its own (no save carried it)."""
         if self.usage is None or self.usage_written or not _keeps_usage(self.storage):
             return
-        engine = getattr(self.storage, "engine", None)
+        engine = getattr(self.storage, "engine", None)  # _keeps_usage: a SQL store
+        if engine is None:
+            return
         try:
-            with engine.begin() as connection:  # type: ignore[union-attr]
+            with engine.begin() as connection:
                 self.record_on(connection, outcome, error)
             self.usage_written = True
         except Exception as exc:  # accounting never fails an update
