@@ -1,6 +1,6 @@
 """memory_sql's settings: :class:`MemoryConfig`, in sections (``config.queue.debounce_seconds``).
 
-Each setting is documented once, by its ``Field(description=...)`` below; ``docs/configuration.md``
+Each setting is documented once, by its ``Field(description=...)`` below; ``docs/settings.md``
 is the table of them (:func:`settings_table`, checked by a test against this module).
 
 Where values come from, the first that has one winning:
@@ -958,7 +958,7 @@ def field_of(key: str) -> FieldInfo:
 
 def settings_table() -> str:
     """The Markdown table of every setting: its section field, flat key (the
-    ``MEMORY_SQL_<KEY>`` variable's name), default and description (``docs/configuration.md``
+    ``MEMORY_SQL_<KEY>`` variable's name), default and description (``docs/settings.md``
     holds it; a test checks that it is this)."""
     rows = [
         "| Setting | Flat key / `MEMORY_SQL_` variable | Default | Description |",

@@ -33,7 +33,6 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from .config import MemoryConfig
-from .database import check_writable
 from .errors import SpoolFullError
 from .intake import KeptConversation, take_conversation
 from .models import MemoryDocument, utcnow
@@ -52,6 +51,7 @@ from .recall.context import Recall
 from .scope import Scope, check_thread_id
 from .storage import MemoryStorage, SQLStorage
 from .storage.configured import open_configured, queue_engine_for
+from .storage.writable import check_writable
 from .tenancy import acting_for
 from .tokens import make_token_counter
 from .update.budget import LLMBudget

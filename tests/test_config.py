@@ -463,8 +463,8 @@ def test_every_flat_key_names_a_documented_field_and_every_field_has_one() -> No
 
 
 def test_the_configuration_page_is_the_settings_table() -> None:
-    """docs/configuration.md holds :func:`settings_table` as it is now (its generator)."""
-    page = (Path(__file__).parent.parent / "docs" / "configuration.md").read_text("utf-8")
+    """docs/settings.md holds :func:`settings_table` as it is now (its generator)."""
+    page = (Path(__file__).parent.parent / "docs" / "settings.md").read_text("utf-8")
     assert settings_table() in page
 
 

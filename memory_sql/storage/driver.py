@@ -31,12 +31,13 @@ import psycopg
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
-from sqlalchemy.engine.default import DefaultDialect
 from sqlalchemy.pool import Pool, QueuePool
 from sqlalchemy.sql.elements import ClauseElement
 
 from .. import tenancy
+from ..driver_errors import DisconnectionError
 from ..models import Fact, trusted_fact
+from .dialects import dialect_of
 
 
 class DriverFallback(Exception):
@@ -46,9 +47,8 @@ class DriverFallback(Exception):
 def _compiled(statement: sa.Executable, dialect: sa.Dialect) -> Any:
     """``statement`` compiled for the driver itself: named parameters (``%(name)s`` for
     psycopg, ``:name`` for sqlite3)."""
-    if dialect.name == "sqlite":
-        dialect = cast("type[DefaultDialect]", type(dialect))(paramstyle="named")
-    return cast(ClauseElement, statement).compile(dialect=dialect)
+    compiling = cast(ClauseElement, statement)
+    return compiling.compile(dialect=dialect_of(dialect).driver_paramstyle(dialect))
 
 
 def driver_statement(statement: sa.Executable, dialect: sa.Dialect) -> tuple[str, dict[str, Any]]:
@@ -218,7 +218,7 @@ class _Idle:
                 continue
             try:
                 tenancy.reapply(self.engine, kept.dbapi, kept.info)
-            except sa_exc.DisconnectionError:
+            except DisconnectionError:
                 self.discard(kept)
                 continue
             return kept
@@ -359,7 +359,7 @@ class DriverConnection:
         else:
             self.kept = None
         dialect = engine.dialect
-        postgres = dialect.name == "postgresql"
+        postgres = dialect_of(dialect).server
         if postgres:
             _local.driver = True
         try:
@@ -449,7 +449,7 @@ def read_facts_by_driver(
     connection not to be had raises SQLAlchemy's error, as ``engine.connect()`` would."""
     if not unobserved(engine):
         return None
-    postgres = engine.dialect.name == "postgresql"
+    postgres = dialect_of(engine).server
     sql, fixed = compiled_for_driver(statement, engine.dialect)
     try:
         with DriverConnection(engine) as dbapi:
