@@ -26,6 +26,7 @@ quick: lint  ## the edit-test loop: the suite without the slow fault tests and t
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
 
 # The benchmarks' peers (LangGraph's PostgresStore and SqliteStore) come with the `bench` extra.

@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import fmt, scratch_postgres
 
 from memory_sql import migrations
+from memory_sql.config import QueueSettings
 from memory_sql.database import create_engine
 from memory_sql.intake.messages import Message
 from memory_sql.intake.signals import Signals
@@ -83,7 +84,7 @@ def populate(engine: sa.Engine, keys: int) -> None:
 
 def enqueue_latency(engine: sa.Engine, keys: int) -> float:
     populate(engine, keys)
-    queue = UpdateQueue(engine, debounce_seconds=DEBOUNCE)
+    queue = UpdateQueue(engine, QueueSettings(debounce_seconds=DEBOUNCE))
     rng = random.Random(1)
     times = []
     for i in range(400):
@@ -114,7 +115,9 @@ def per_key_calls(engine: sa.Engine, events: list[tuple[float, int]]) -> tuple[i
     """LLM calls and the longest wait (conversation → its update) with memory_sql's queue."""
     with engine.begin() as conn:
         conn.execute(sa.delete(pending))
-    queue = UpdateQueue(engine, debounce_seconds=DEBOUNCE, max_debounce_seconds=MAX_WAIT)
+    queue = UpdateQueue(
+        engine, QueueSettings(debounce_seconds=DEBOUNCE, max_debounce_seconds=MAX_WAIT)
+    )
     calls, waits, waiting = 0, [], {}
     horizon = events[-1][0] + MAX_WAIT + 1
 
@@ -322,7 +325,7 @@ def notify_cost(url: str) -> None:
 
     engine = create_engine(url, pool_size=20)
     migrations.upgrade(engine)
-    queue = UpdateQueue(engine, debounce_seconds=DEBOUNCE)
+    queue = UpdateQueue(engine, QueueSettings(debounce_seconds=DEBOUNCE))
     results: dict[bool, list[tuple[float, float, float]]] = {True: [], False: []}
 
     def concurrently(name: str) -> float:

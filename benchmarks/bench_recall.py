@@ -289,8 +289,8 @@ def recall_run(
                     blocks[BM25] = format_memory_for_injection(
                         doc,
                         budget,
-                        config.guaranteed_categories,
-                        config.guaranteed_token_budget,
+                        config.recall.guaranteed_categories,
+                        config.recall.guaranteed_token_budget,
                         counter,
                         ranking=order,
                     )
@@ -479,7 +479,7 @@ def ranked_parts(
 
     recall, scope = service.recall, Scope.of(user_id=user)
     doc = service.storage.load(user_id=user)
-    lines = fact_lines(doc, service.config.guaranteed_categories, recall.counter)
+    lines = fact_lines(doc, service.config.recall.guaranteed_categories, recall.counter)
     terms = [query_terms(text) for text in texts]
     limit = recall.weights.candidates
     found = [service.storage.match_facts(doc, scope, t, limit=limit) for t in terms]

@@ -225,7 +225,7 @@ def large_memory_prompt(rng: random.Random, conversation: Any, tokens: Any) -> N
     """The update prompt of a large memory: listed whole against what the updater lists within
     ``update_memory_max_tokens`` (the conversation's matches through SQLite's index, the
     newest), and the time that choice takes."""
-    budget = MemoryConfig().update_memory_max_tokens
+    budget = MemoryConfig().update.memory_max_tokens
     print(
         f"\nUpdate prompt of a large memory, tokens ({tokens.name}); listed within"
         f" update_memory_max_tokens {budget}"

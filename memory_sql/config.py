@@ -1,29 +1,34 @@
-"""memory_sql's settings: :class:`MemoryConfig`.
+"""memory_sql's settings: :class:`MemoryConfig`, in sections (``config.queue.debounce_seconds``).
+
+Each setting is documented once, by its ``Field(description=...)`` below; ``docs/settings.md``
+is the table of them (:func:`settings_table`, checked by a test against this module).
 
 Where values come from, the first that has one winning:
 
-1. ``MEMORY_SQL_<KEY>`` environment variables (``MEMORY_SQL_DEBOUNCE_SECONDS=10``; lists as
-   ``a,b`` or JSON ``["a", "b"]``; an empty value means "none" for optional keys and an empty
-   list for lists);
-2. the ``memory:`` section of a YAML file (:meth:`MemoryConfig.from_yaml`);
+1. ``MEMORY_SQL_<KEY>`` environment variables, by the setting's flat key
+   (``MEMORY_SQL_DEBOUNCE_SECONDS=10``; lists as ``a,b`` or JSON ``["a", "b"]``; an empty value
+   means "none" for optional keys and an empty list for lists);
+2. the ``memory:`` section of a YAML file (:meth:`MemoryConfig.from_yaml`), by flat key
+   (``debounce_seconds: 10``) or nested in its section (``queue: {debounce_seconds: 10}``);
 3. for the LLM only, the usual OpenAI variables: ``OPENAI_API_KEY`` → ``llm_api_key``,
    ``OPENAI_BASE_URL`` → ``llm_base_url``, ``OPENAI_MODEL`` → ``model_name``;
 4. the defaults below.
 
-Environment variables are read only by :meth:`~MemoryConfig.from_yaml` and
-:meth:`~MemoryConfig.from_env`; ``MemoryConfig(...)`` takes exactly what it is given. An
-unknown key is an error wherever it comes from: in YAML, in ``MemoryConfig(...)``, and as a
-``MEMORY_SQL_<KEY>`` variable (a misspelt variable would otherwise silently do nothing), with a
-did-you-mean hint. Aliases count as keys (``MEMORY_SQL_DATABASE_URL`` sets ``storage``). Only
-``MEMORY_SQL_CONFIG`` (the path of the config file: the CLI's ``--config``),
-``MEMORY_SQL_TEST_*`` (test settings), and the settings of the HTTP client and of ``memory-sql
-mcp`` (``MEMORY_SQL_SERVICE_URL``, ``MEMORY_SQL_API_KEY``, ``MEMORY_SQL_MCP_*``) are not
-config keys, and are left alone. Every invalid
-value raises :class:`~memory_sql.errors.ConfigError` naming the key, where it came from and
-what is allowed.
-The API key is a ``SecretStr``, and the storage and LLM URLs are shown through
-:func:`memory_sql.database.redacted` (passwords and key-like query parameters masked) in
-``repr`` and in error messages; log :meth:`redacted`.
+The flat keys (the names of the settings before they had sections, still those of the
+environment variables, and accepted in YAML and by ``MemoryConfig(...)``) map to their section's
+fields in one table, :data:`FLAT_KEYS`. Environment variables are read only by
+:meth:`~MemoryConfig.from_yaml` and :meth:`~MemoryConfig.from_env`; ``MemoryConfig(...)`` takes
+exactly what it is given (flat keys, sections as mappings or models). An unknown key is an error
+wherever it comes from: in YAML, in ``MemoryConfig(...)``, and as a ``MEMORY_SQL_<KEY>`` variable
+(a misspelt variable would otherwise silently do nothing), with a did-you-mean hint. Aliases
+count as keys (``MEMORY_SQL_DATABASE_URL`` sets ``storage``). Only ``MEMORY_SQL_CONFIG`` (the
+path of the config file: the CLI's ``--config``), ``MEMORY_SQL_TEST_*`` (test settings), and the
+settings of the HTTP client and of ``memory-sql mcp`` (``MEMORY_SQL_SERVICE_URL``,
+``MEMORY_SQL_API_KEY``, ``MEMORY_SQL_MCP_*``) are not config keys, and are left alone. Every
+invalid value raises :class:`~memory_sql.errors.ConfigError` naming the key, where it came from
+and what is allowed. The API key is a ``SecretStr``, and the storage and LLM URLs are shown
+through :func:`memory_sql.database.redacted` (passwords and key-like query parameters masked) in
+``repr`` and in error messages; log :meth:`~MemoryConfig.redacted`.
 """
 
 from __future__ import annotations
@@ -32,10 +37,11 @@ import difflib
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal
+from types import NoneType, UnionType
+from typing import Any, Literal, NamedTuple, Union, get_args, get_origin
 
 import yaml
 from pydantic import (
@@ -44,9 +50,11 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
+from pydantic.fields import FieldInfo
 
 from .database import redacted
 from .errors import ConfigError
@@ -60,7 +68,7 @@ ALIASES = {
     "max_injection_tokens": "injected_memory_max_tokens",
     "fact_confidence_threshold": "min_confidence",
 }
-"""Other names accepted for a key (DeerFlow's newer names, and ``database_url``)."""
+"""Other names accepted for a flat key (DeerFlow's newer names, and ``database_url``)."""
 OPENAI_FALLBACKS = {
     "llm_api_key": "OPENAI_API_KEY",
     "llm_base_url": "OPENAI_BASE_URL",
@@ -69,188 +77,43 @@ OPENAI_FALLBACKS = {
 _STORAGE_FORM_KEYS = ("use", "url", "path")
 _CLASS_PATH = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*[:.][A-Za-z_]\w*")
 _SECRET = "**********"
-_URL_FIELDS = ("storage", "llm_base_url")  # shown through database.redacted
-# Where each key's value came from, for error messages of the build in progress.
-_ORIGINS: ContextVar[Mapping[str, str] | None] = ContextVar("memory_sql_origins", default=None)
 
 REPLY_OVERHEAD_TOKENS = 1536
 """What a memory-LLM reply needs beyond its facts and summaries (JSON keys, labels, reasoning)."""
 
-_NUMBER_FIELDS = (
-    "debounce_seconds",
-    "max_debounce_seconds",
-    "max_facts",
-    "min_confidence",
-    "injected_memory_max_tokens",
-    "update_memory_max_tokens",
-    "guaranteed_token_budget",
-    "workers",
-    "lease_seconds",
-    "max_attempts",
-    "retry_backoff_seconds",
-    "sweep_interval_seconds",
-    "spool_max_conversations",
-    "spool_max_per_tenant",
-    "spool_retry_seconds",
-    "llm_daily_calls_per_tenant",
-    "llm_daily_tokens_per_tenant",
-    "queue_max_row_messages",
-    "queue_max_row_bytes",
-    "llm_timeout_seconds",
-    "llm_max_retries",
-    "llm_temperature",
-    "llm_max_tokens",
-    "llm_repair_attempts",
-    "server_max_body_bytes",
-    "server_max_messages",
-    "server_max_message_chars",
-    "recall_relevance_weight",
-    "recall_confidence_weight",
-    "recall_recency_weight",
-    "recall_recency_half_life_days",
-    "recall_duplicate_overlap",
-    "recall_candidates",
-    "recall_expansion_weight",
-    "access_heat_flush_seconds",
-    "eviction_confidence_weight",
-    "eviction_freshness_weight",
-    "eviction_heat_weight",
-    "eviction_freshness_half_life_days",
-    "eviction_guaranteed_share",
-    "server_header_timeout_seconds",
-    "server_body_timeout_seconds",
-    "server_keep_alive_seconds",
-    "server_max_connections",
-    "server_max_header_bytes",
-    "staleness_age_days",
-    "staleness_min_candidates",
-    "staleness_max_candidates",
-    "staleness_prompt_tokens",
-    "staleness_max_removals_per_cycle",
-    "staleness_max_lifetime_multiplier",
-    "staleness_max_extension_days",
-    "staleness_review_interval_hours",
-    "consolidation_min_facts",
-    "consolidation_max_groups_per_cycle",
-    "consolidation_max_sources",
-    "closed_fact_retention_days",
-    "purge_interval_seconds",
-)
-_OPTIONAL_TEXT_FIELDS = (
-    "model_name",
-    "storage_class",
-    "llm_base_url",
-    "llm_api_key",
-    "tiktoken_encoding_file",
-    "patterns_dir",
-    "spool_dir",
-)
+
+class _Origin(NamedTuple):
+    source: str  # a file's path or a variable's name
+    written: str  # the key as it was written there (flat, or section.field)
 
 
-class MemoryConfig(BaseModel):
-    """Every setting of memory_sql, validated; immutable once built.
+# Where each flat key's value came from, for error messages of the build in progress.
+_ORIGINS: ContextVar[Mapping[str, _Origin] | None] = ContextVar("memory_sql_origins", default=None)
 
-    Seed keys keep the seed's names and defaults. ``enabled`` defaults to true (DeerFlow's host
-    class says false but its ``memory:`` section switches it on: a config that is loaded is
-    meant to be used).
 
-    Storage is ``storage``, a database URL (``sqlite:///…``, ``postgresql+psycopg://…``) or a
-    folder, also accepted as ``database_url``; the seed's ``storage: {use: "pkg.module:Class"}``
-    form sets ``storage_class`` (with an optional ``url`` or ``path`` next to ``use``, which
-    sets ``storage``; ``"storage" in config.model_fields_set`` tells whether one was given).
-    ``storage_class`` is kept as ``"package.module:Class"``; ``"package.module.Class"`` is
-    accepted and rewritten to that form.
+def _categories(value: Any) -> Any:
+    if isinstance(value, str):
+        value = [part for part in value.split(",") if part.strip()]
+    if not isinstance(value, (list, tuple)):
+        return value
+    categories: list[str] = []
+    for item in value:
+        if not isinstance(item, str):
+            raise ValueError(f"{item!r} is not a category name")
+        name = item.strip().lower()
+        if not CATEGORY_PATTERN.fullmatch(name):
+            raise ValueError(f"{item!r} is not a category name (^[a-z0-9_-]{{1,32}}$)")
+        if name not in categories:
+            categories.append(name)
+    return categories
 
-    Debounce: a key waits ``debounce_seconds`` after its latest conversation, but never more
-    than ``max_debounce_seconds`` after its first pending one. The queue: ``workers`` threads
-    claim due work for ``lease_seconds``; a failed run is retried after
-    ``retry_backoff_seconds`` (the worker may grow it) up to ``max_attempts`` runs in all;
-    every ``sweep_interval_seconds`` the scheduler looks for due and abandoned work (other
-    processes' rows wake it at once: :mod:`memory_sql.queue.wakeups`). While
-    the queue's database cannot be written, up to ``spool_max_conversations`` conversations,
-    and ``spool_max_per_tenant`` of one tenant, wait in a spool file on local disk, synced
-    before the conversation is acknowledged, in ``spool_dir`` (default: next to a SQLite
-    database, ``<file>.spool/``; else ``$XDG_STATE_HOME/memory_sql/spool/<digest of the
-    storage URL>/``), and are written every ``spool_retry_seconds`` until it answers; past
-    those bounds, or with ``spool_max_conversations: 0``, a conversation is refused (not
-    acknowledged) rather than dropped (:mod:`memory_sql.queue.spool`). One queue row (a
-    thread's waiting turn, or its accumulated flushes) holds at most
-    ``queue_max_row_messages`` messages and ``queue_max_row_bytes`` bytes: past them its
-    oldest messages are cut and counted (what one update may cost is bounded). A tenant's
-    memory-LLM calls of one UTC day stop at ``llm_daily_calls_per_tenant`` calls and
-    ``llm_daily_tokens_per_tenant`` tokens (0: no limit); its updates then wait, not lost
-    (:mod:`memory_sql.update.budget`).
 
-    The schema: a new (or empty) SQLite database is always brought to the newest revision
-    when it is first opened; ``auto_migrate`` (default false) also migrates a PostgreSQL
-    database, or a SQLite file with an older schema, when the service opens it. It is off by
-    default because migrating a shared database is an operator's decision, taken with a
-    backup and the older workers stopped (``memory-sql db upgrade``); see
-    :mod:`memory_sql.migrations`.
+class _Settings(BaseModel):
+    """What every section (and :class:`MemoryConfig`) shares: immutable, no unknown keys, no
+    booleans for numbers, a blank string is None for an optional setting."""
 
-    The memory LLM's reply: ``llm_structured_output`` (``auto``, ``json_schema``,
-    ``json_object``, ``off``) chooses how the update's JSON Schema is sent as
-    ``response_format`` (see :mod:`memory_sql.update.llm`). The scope gate stores only facts and
-    section updates the LLM labels user-scoped, durable and descriptive;
-    ``scope_gate_allow_unlabeled`` (default false) stores those without labels too, as
-    before the gate (for models that leave them out). Every call sends ``max_tokens``:
-    ``llm_max_tokens``, or when it is 0 (the default) :meth:`reply_token_limit`, derived from
-    the budgets. A reply that is unusable (no JSON, cut at ``max_tokens``, no part that holds)
-    is asked for again up to ``llm_repair_attempts`` times (default 1; 0: never) in the same
-    run, with a short message naming the problem and a higher temperature; a queue retry of an
-    update that failed so starts warmer too (:mod:`memory_sql.update.updater`), so no retry
-    repeats the same request.
-
-    The HTTP service (``memory-sql serve``) refuses, with 413 naming the limit, a request body
-    over ``server_max_body_bytes``, a conversation of more than ``server_max_messages``
-    messages, and a message of more than ``server_max_message_chars`` characters. It closes a
-    connection whose request headers are not in after ``server_header_timeout_seconds`` or
-    exceed ``server_max_header_bytes``, answers 408 to a body not in after
-    ``server_body_timeout_seconds``, closes an idle kept-alive connection after
-    ``server_keep_alive_seconds``, and answers 503 past ``server_max_connections`` open
-    connections or requests.
-
-    The update prompt lists a memory's facts within ``update_memory_max_tokens`` (16 000: a
-    memory of the default ``max_facts`` is shown whole); of a larger memory it shows the facts
-    the conversation's words find and the newest (:mod:`memory_sql.update.prompt_facts`).
-
-    Recall with a query (:mod:`memory_sql.recall.ranking`): ``recall_relevance_weight``,
-    ``recall_confidence_weight`` and ``recall_recency_weight`` weigh the score (the recency
-    halving every ``recall_recency_half_life_days``), ``recall_duplicate_overlap`` is the term
-    overlap from which a fact counts as a near-duplicate of a better one, and
-    ``recall_candidates`` how many text matches the index returns. Shown facts' access heat is
-    written every ``access_heat_flush_seconds``.
-
-    Eviction above ``max_facts``: ``eviction_policy`` ``confidence`` (lowest confidence goes
-    first) or ``hybrid`` (:func:`memory_sql.update.eviction.evict`: the lowest of
-    ``eviction_confidence_weight`` · confidence + ``eviction_freshness_weight`` · freshness
-    (halving every ``eviction_freshness_half_life_days``) + ``eviction_heat_weight`` · access
-    heat goes first, with ``eviction_guaranteed_share`` of ``max_facts`` kept for the
-    guaranteed categories).
-
-    Aging (:mod:`memory_sql.update.review`): a fact is expected to hold ``expected_valid_days``
-    after its last confirmation (or its start): the LLM's figure, bounded by
-    ``staleness_age_days`` × ``staleness_max_lifetime_multiplier``, else its category's in
-    ``staleness_category_days``, else ``staleness_age_days``. With
-    ``staleness_review_enabled``, facts past it (never those of
-    ``staleness_protected_categories``) are offered to the LLM in the regular update, most
-    overdue first, at most ``staleness_max_candidates`` of them and ``staleness_prompt_tokens``
-    tokens, when at least ``staleness_min_candidates`` are due; the reply may remove at most
-    ``staleness_max_removals_per_cycle`` of them (lowest confidence first) or extend them (to at
-    most ``staleness_max_extension_days`` from their start). An update with nothing new to learn
-    makes no LLM call, unless candidates wait and the memory's last review is
-    ``staleness_review_interval_hours`` old (0: never without new turns). With
-    ``consolidation_enabled`` the LLM may also merge near-duplicate facts of categories holding
-    ``consolidation_min_facts`` live facts: at most ``consolidation_max_groups_per_cycle``
-    merges of 2 to ``consolidation_max_sources`` facts each.
-
-    Closed facts (superseded, removed, evicted: kept as past versions) older than
-    ``closed_fact_retention_days`` are deleted every ``purge_interval_seconds`` by the
-    service's worker, or by ``memory-sql db purge`` (0: kept until the memory is forgotten).
-    """
-
-    # protected_namespaces=(): the seed's key ``model_name`` is no pydantic method (pydantic
-    # 2.6, the floor, warns about every field starting with ``model_`` otherwise).
+    # protected_namespaces=(): no pydantic method is named like a setting (pydantic 2.6, the
+    # floor, warns about every field starting with ``model_`` otherwise).
     model_config = ConfigDict(
         extra="forbid",
         frozen=True,
@@ -259,125 +122,460 @@ class MemoryConfig(BaseModel):
         protected_namespaces=(),
     )
 
-    enabled: bool = True
-    debounce_seconds: float = Field(30.0, ge=0, le=3600)
-    max_debounce_seconds: float = Field(300.0, ge=0, le=86400)
-    max_facts: int = Field(200, ge=10, le=10000)
-    min_confidence: float = Field(0.7, ge=0, le=1)
-    model_name: str | None = None
-    token_counting: bool = True
-    tiktoken_encoding_file: Path | None = None
-    injected_memory_max_tokens: int = Field(2000, ge=100, le=32000)
-    update_memory_max_tokens: int = Field(16000, ge=500, le=1_000_000)
-    guaranteed_categories: tuple[str, ...] = ("correction",)
-    guaranteed_token_budget: int = Field(500, ge=0, le=8000)
-    storage: str = "sqlite:///memory_sql.db"
-    storage_class: str | None = None
-    workers: int = Field(2, ge=1, le=32)
-    lease_seconds: float = Field(300.0, gt=0, le=86400)
-    max_attempts: int = Field(5, ge=1, le=100)
-    retry_backoff_seconds: float = Field(30.0, ge=0, le=86400)
-    sweep_interval_seconds: float = Field(60.0, gt=0, le=3600)
-    spool_max_conversations: int = Field(100_000, ge=0, le=10_000_000)
-    spool_max_per_tenant: int = Field(10_000, ge=1, le=10_000_000)
-    spool_retry_seconds: float = Field(2.0, gt=0, le=600)
-    spool_dir: Path | None = None
-    queue_max_row_messages: int = Field(500, ge=2, le=1_000_000)
-    queue_max_row_bytes: int = Field(512 * 1024, ge=1024, le=1024**3)
-    llm_base_url: str | None = None
-    llm_api_key: SecretStr | None = None
-    llm_timeout_seconds: float = Field(60.0, gt=0, le=600)
-    llm_max_retries: int = Field(2, ge=0, le=10)
-    llm_temperature: float = Field(0.0, ge=0, le=2)
-    llm_json_mode: bool = True
-    llm_max_tokens: int = Field(0, ge=0, le=1_000_000)
-    llm_repair_attempts: int = Field(1, ge=0, le=5)
-    llm_daily_calls_per_tenant: int = Field(0, ge=0, le=1_000_000_000)
-    llm_daily_tokens_per_tenant: int = Field(0, ge=0, le=10**15)
-    patterns_dir: Path | None = None
-    auto_migrate: bool = False
-    llm_structured_output: Literal["auto", "json_schema", "json_object", "off"] = "auto"
-    scope_gate_allow_unlabeled: bool = False
-    server_max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, le=1024**3)
-    server_max_messages: int = Field(1000, ge=2, le=1_000_000)
-    server_max_message_chars: int = Field(100_000, ge=100, le=100_000_000)
-    recall_relevance_weight: float = Field(1.0, ge=0, le=100)
-    recall_confidence_weight: float = Field(0.2, ge=0, le=100)
-    recall_recency_weight: float = Field(0.1, ge=0, le=100)
-    recall_recency_half_life_days: float = Field(180.0, gt=0, le=36500)
-    recall_duplicate_overlap: float = Field(0.7, gt=0, le=1)
-    recall_candidates: int = Field(100, ge=1, le=2000)
-    recall_expansion_weight: float = Field(0.0, ge=0, le=10)
-    access_heat_flush_seconds: float = Field(30.0, gt=0, le=86400)
-    eviction_policy: Literal["confidence", "hybrid"] = "confidence"
-    staleness_review_enabled: bool = True
-    staleness_age_days: int = Field(90, ge=1, le=36500)
-    staleness_category_days: dict[str, int] = Field(
+    @field_validator("*", mode="before")
+    @classmethod
+    def _plain_values(cls, value: Any, info: ValidationInfo) -> Any:
+        annotation = cls.model_fields[info.field_name or ""].annotation
+        if annotation in (int, float) and isinstance(value, bool):
+            raise ValueError("a boolean is not a number")
+        if _is_optional(annotation) and isinstance(value, str):
+            return value.strip() or None
+        return value
+
+
+def _is_optional(annotation: Any) -> bool:
+    return get_origin(annotation) in (Union, UnionType) and NoneType in get_args(annotation)
+
+
+class LLMSettings(_Settings):
+    """The memory LLM: where it is, how it is called, what one tenant may spend on it."""
+
+    model: str | None = Field(
+        None, description="The memory LLM's model name; without one every update fails."
+    )
+    base_url: str | None = Field(
+        None, description="The chat-completions endpoint (an http(s) URL); none: OpenAI's."
+    )
+    api_key: SecretStr | None = Field(None, description="The LLM's API key (never shown).")
+    timeout_seconds: float = Field(60.0, gt=0, le=600, description="One call's timeout.")
+    max_retries: int = Field(
+        2, ge=0, le=10, description="Retries of a call that fails on the network or with 5xx/429."
+    )
+    temperature: float = Field(0.0, ge=0, le=2, description="The calls' sampling temperature.")
+    json_mode: bool = Field(
+        True, description="false: structured_output is off (no response_format is sent)."
+    )
+    structured_output: Literal["auto", "json_schema", "json_object", "off"] = Field(
+        "auto",
+        description="How the update's JSON Schema is sent as response_format: auto (json_schema, "
+        "falling back when the server refuses it), json_schema, json_object or off.",
+    )
+    max_tokens: int = Field(
+        0,
+        ge=0,
+        le=1_000_000,
+        description="A call's max_tokens; 0: derived from the budgets (injected memory + "
+        "guaranteed budget + 1536 for the JSON and labels).",
+    )
+    repair_attempts: int = Field(
+        1,
+        ge=0,
+        le=5,
+        description="How often an unusable reply (no JSON, cut at max_tokens, no part that "
+        "holds) is asked for again in the same run, warmer, naming the problem (0: never).",
+    )
+    daily_calls_per_tenant: int = Field(
+        0,
+        ge=0,
+        le=1_000_000_000,
+        description="A tenant's memory-LLM calls per UTC day; past it its updates wait "
+        "(0: no limit).",
+    )
+    daily_tokens_per_tenant: int = Field(
+        0,
+        ge=0,
+        le=10**15,
+        description="A tenant's memory-LLM tokens per UTC day; past it its updates wait "
+        "(0: no limit).",
+    )
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        for name, value in super().__repr_args__():
+            yield name, redacted(value) if name == "base_url" and value is not None else value
+
+    @field_validator("base_url")
+    @classmethod
+    def _base_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"https?://[^\s/]+", value):
+            raise ValueError(f"{redacted(value)!r} is not an http:// or https:// URL")
+        return value
+
+    @field_validator("structured_output", mode="before")
+    @classmethod
+    def _structured_output(cls, value: Any) -> Any:
+        return value.strip().lower() if isinstance(value, str) else value
+
+
+class TokenSettings(_Settings):
+    """How tokens are counted (budgets of the prompt and the injected memory)."""
+
+    counting: bool = Field(
+        True,
+        description="Count with tiktoken (true, 'tiktoken') or estimate by characters "
+        "(false, 'char').",
+    )
+    encoding_file: Path | None = Field(
+        None, description="A local tiktoken encoding file (cl100k_base), for machines offline."
+    )
+
+    @field_validator("counting", mode="before")
+    @classmethod
+    def _counting_mode(cls, value: Any) -> Any:
+        # DeerFlow's newer spelling: "tiktoken" or "char".
+        return {"tiktoken": True, "char": False}.get(value, value)
+
+    @field_validator("encoding_file")
+    @classmethod
+    def _encoding_file(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.expanduser().is_file():
+            raise ValueError(f"{value} is not a file")
+        return None if value is None else value.expanduser()
+
+
+class QueueSettings(_Settings):
+    """The debounced update queue and its worker (:mod:`memory_sql.queue`)."""
+
+    debounce_seconds: float = Field(
+        30.0, ge=0, le=3600, description="How long a thread waits after its latest conversation."
+    )
+    max_debounce_seconds: float = Field(
+        300.0,
+        ge=0,
+        le=86400,
+        description="How long a thread waits at most after its first pending conversation.",
+    )
+    workers: int = Field(2, ge=1, le=32, description="Threads running updates.")
+    lease_seconds: float = Field(
+        300.0,
+        gt=0,
+        le=86400,
+        description="How long a claimed update is a worker's before another may take it.",
+    )
+    max_attempts: int = Field(
+        5, ge=1, le=100, description="Runs of an update before it stays failed."
+    )
+    retry_backoff_seconds: float = Field(
+        30.0, ge=0, le=86400, description="Wait before a failed update runs again (it may grow)."
+    )
+    sweep_interval_seconds: float = Field(
+        60.0,
+        gt=0,
+        le=3600,
+        description="How often the scheduler looks for due and abandoned work (other "
+        "processes' rows wake it at once).",
+    )
+    max_row_messages: int = Field(
+        500,
+        ge=2,
+        le=1_000_000,
+        description="Messages one queue row holds at most; past it the oldest are cut (counted).",
+    )
+    max_row_bytes: int = Field(
+        512 * 1024,
+        ge=1024,
+        le=1024**3,
+        description="Bytes one queue row holds at most; past it the oldest messages are cut.",
+    )
+
+    @model_validator(mode="after")
+    def _debounce_order(self) -> QueueSettings:
+        if self.max_debounce_seconds < self.debounce_seconds:
+            raise ValueError(
+                f"max_debounce_seconds ({self.max_debounce_seconds:g}) must be at least "
+                f"debounce_seconds ({self.debounce_seconds:g})"
+            )
+        return self
+
+
+class SpoolSettings(_Settings):
+    """Conversations kept on local disk while the queue's database cannot take them
+    (:mod:`memory_sql.queue.spool`); past its bounds a conversation is refused, not dropped."""
+
+    max_conversations: int = Field(
+        100_000,
+        ge=0,
+        le=10_000_000,
+        description="Conversations the spool holds at most (0: no spool; refuse instead).",
+    )
+    max_per_tenant: int = Field(
+        10_000, ge=1, le=10_000_000, description="Conversations of one tenant it holds at most."
+    )
+    retry_seconds: float = Field(
+        2.0, gt=0, le=600, description="How often it tries to write what it holds."
+    )
+    directory: Path | None = Field(
+        None,
+        description="Its folder; default: next to a SQLite database (<file>.spool/), else "
+        "$XDG_STATE_HOME/memory_sql/spool/<digest of the storage URL>/.",
+    )
+
+
+class UpdateSettings(_Settings):
+    """What an update asks the LLM and keeps of its reply (:mod:`memory_sql.update`)."""
+
+    min_confidence: float = Field(
+        0.7, ge=0, le=1, description="Facts the LLM is less sure of are not stored."
+    )
+    memory_max_tokens: int = Field(
+        16000,
+        ge=500,
+        le=1_000_000,
+        description="The facts listed in the update prompt; of a larger memory, those the "
+        "conversation's words find and the newest.",
+    )
+    scope_gate_allow_unlabeled: bool = Field(
+        False,
+        description="Also store facts the LLM left without user-scoped/durable/descriptive "
+        "labels (for models that leave them out).",
+    )
+
+
+class RecallSettings(_Settings):
+    """The memory block in the prompt, and the ranking of facts by a query
+    (:mod:`memory_sql.recall`)."""
+
+    injected_memory_max_tokens: int = Field(
+        2000, ge=100, le=32000, description="The memory block's budget in the prompt."
+    )
+    guaranteed_categories: tuple[str, ...] = Field(
+        ("correction",),
+        description="Categories shown first, within guaranteed_token_budget.",
+    )
+    guaranteed_token_budget: int = Field(
+        500, ge=0, le=8000, description="Tokens kept for the guaranteed categories."
+    )
+    relevance_weight: float = Field(
+        1.0, ge=0, le=100, description="The weight of the text match in the ranking score."
+    )
+    confidence_weight: float = Field(
+        0.2, ge=0, le=100, description="The weight of a fact's confidence."
+    )
+    recency_weight: float = Field(0.1, ge=0, le=100, description="The weight of its recency.")
+    recency_half_life_days: float = Field(
+        180.0, gt=0, le=36500, description="Days over which recency halves."
+    )
+    duplicate_overlap: float = Field(
+        0.7,
+        gt=0,
+        le=1,
+        description="The term overlap from which a fact counts as a near-duplicate of a "
+        "better one.",
+    )
+    candidates: int = Field(
+        100, ge=1, le=2000, description="How many text matches the index returns to be scored."
+    )
+    expansion_weight: float = Field(
+        0.0,
+        ge=0,
+        le=10,
+        description="The weight of a second lookup by the best matches' own terms (0: none).",
+    )
+    expansion_facts: int = Field(
+        1,
+        ge=1,
+        le=50,
+        description="How many of the best matches give their terms to the second lookup.",
+    )
+    heat_flush_seconds: float = Field(
+        30.0, gt=0, le=86400, description="How often shown facts' access heat is written."
+    )
+
+    @field_validator("guaranteed_categories", mode="before")
+    @classmethod
+    def _categories(cls, value: Any) -> Any:
+        return _categories(value)
+
+
+class EvictionSettings(_Settings):
+    """What goes when a memory is over ``max_facts`` (:mod:`memory_sql.update.eviction`)."""
+
+    max_facts: int = Field(200, ge=10, le=10000, description="Live facts a memory keeps.")
+    policy: Literal["confidence", "hybrid"] = Field(
+        "confidence",
+        description="confidence (lowest goes first) or hybrid (lowest of the weighted "
+        "confidence, freshness and access heat).",
+    )
+    confidence_weight: float = Field(0.65, ge=0, le=100, description="hybrid: confidence.")
+    freshness_weight: float = Field(0.25, ge=0, le=100, description="hybrid: freshness.")
+    heat_weight: float = Field(0.10, ge=0, le=100, description="hybrid: access heat.")
+    freshness_half_life_days: float = Field(
+        90.0, gt=0, le=36500, description="hybrid: days over which freshness halves."
+    )
+    guaranteed_share: float = Field(
+        0.1,
+        ge=0,
+        le=1,
+        description="hybrid: the share of max_facts kept for the guaranteed categories.",
+    )
+
+
+class StalenessSettings(_Settings):
+    """Aging of facts (:mod:`memory_sql.update.review`): facts past their expected validity are
+    offered to the LLM to remove or extend."""
+
+    review_enabled: bool = Field(True, description="Offer stale facts in the regular update.")
+    age_days: int = Field(
+        90,
+        ge=1,
+        le=36500,
+        description="How long a fact holds after its last confirmation, when neither the LLM "
+        "nor its category says.",
+    )
+    category_days: dict[str, int] = Field(
         default_factory=lambda: {
             "context": 90,
             "goal": 90,
             "behavior": 180,
             "preference": 365,
             "knowledge": 365,
-        }
+        },
+        description="How long a fact of each category holds (category name: days).",
     )
-    staleness_min_candidates: int = Field(3, ge=1, le=1000)
-    staleness_max_candidates: int = Field(20, ge=1, le=1000)
-    staleness_prompt_tokens: int = Field(600, ge=50, le=32000)
-    staleness_max_removals_per_cycle: int = Field(10, ge=0, le=1000)
-    staleness_protected_categories: tuple[str, ...] = ("correction",)
-    staleness_max_lifetime_multiplier: int = Field(20, ge=1, le=400)
-    staleness_max_extension_days: int = Field(3650, ge=1, le=36500)
-    staleness_review_interval_hours: float = Field(0.0, ge=0, le=87600)
-    consolidation_enabled: bool = False
-    consolidation_min_facts: int = Field(8, ge=2, le=10000)
-    consolidation_max_groups_per_cycle: int = Field(3, ge=1, le=100)
-    consolidation_max_sources: int = Field(8, ge=2, le=100)
-    closed_fact_retention_days: int = Field(0, ge=0, le=36500)
-    purge_interval_seconds: float = Field(3600.0, gt=0, le=86400 * 7)
-    eviction_confidence_weight: float = Field(0.65, ge=0, le=100)
-    eviction_freshness_weight: float = Field(0.25, ge=0, le=100)
-    eviction_heat_weight: float = Field(0.10, ge=0, le=100)
-    eviction_freshness_half_life_days: float = Field(90.0, gt=0, le=36500)
-    eviction_guaranteed_share: float = Field(0.1, ge=0, le=1)
-    server_header_timeout_seconds: float = Field(10.0, gt=0, le=600)
-    server_body_timeout_seconds: float = Field(30.0, gt=0, le=3600)
-    server_keep_alive_seconds: float = Field(5.0, gt=0, le=600)
-    server_max_connections: int = Field(1000, ge=1, le=1_000_000)
-    server_max_header_bytes: int = Field(65536, ge=1024, le=16 * 1024 * 1024)
-    # --- issue #30: what memory never keeps (docs/security.md) ---
+    min_candidates: int = Field(
+        3, ge=1, le=1000, description="Stale facts due before any is offered."
+    )
+    max_candidates: int = Field(20, ge=1, le=1000, description="Stale facts offered at most.")
+    prompt_tokens: int = Field(
+        600, ge=50, le=32000, description="Tokens the offered facts take at most."
+    )
+    max_removals_per_cycle: int = Field(
+        10, ge=0, le=1000, description="Offered facts one reply may remove (lowest confidence)."
+    )
+    protected_categories: tuple[str, ...] = Field(
+        ("correction",), description="Categories never offered."
+    )
+    max_lifetime_multiplier: int = Field(
+        20,
+        ge=1,
+        le=400,
+        description="The LLM's expected validity is bounded by age_days times this.",
+    )
+    max_extension_days: int = Field(
+        3650, ge=1, le=36500, description="An extension reaches at most this far from the start."
+    )
+    review_interval_hours: float = Field(
+        0.0,
+        ge=0,
+        le=87600,
+        description="A memory with stale facts due is reviewed without new turns when its "
+        "last review is this old (0: never without new turns).",
+    )
+
+    @field_validator("category_days", mode="before")
+    @classmethod
+    def _category_days(cls, value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            return value
+        days: dict[str, int] = {}
+        for name, count in value.items():
+            key = str(name).strip().lower()
+            if not CATEGORY_PATTERN.fullmatch(key):
+                raise ValueError(f"{name!r} is not a category name (^[a-z0-9_-]{{1,32}}$)")
+            if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 36500:
+                raise ValueError(f"{name}: {count!r} is not a number of days from 1 to 36500")
+            days[key] = count
+        return days
+
+    @field_validator("protected_categories", mode="before")
+    @classmethod
+    def _categories(cls, value: Any) -> Any:
+        return _categories(value)
+
+
+class ConsolidationSettings(_Settings):
+    """Merging near-duplicate facts in the regular update."""
+
+    enabled: bool = Field(False, description="Let the LLM merge near-duplicate facts.")
+    min_facts: int = Field(
+        8, ge=2, le=10000, description="Live facts a category holds before it is offered."
+    )
+    max_groups_per_cycle: int = Field(3, ge=1, le=100, description="Merges per update at most.")
+    max_sources: int = Field(8, ge=2, le=100, description="Facts one merge takes at most.")
+
+
+class RetentionSettings(_Settings):
+    """Closed facts (superseded, removed, evicted: kept as past versions)."""
+
+    closed_fact_days: int = Field(
+        0,
+        ge=0,
+        le=36500,
+        description="Closed facts older than this are deleted by the worker or memory-sql db "
+        "purge (0: kept until the memory is forgotten).",
+    )
+    purge_interval_seconds: float = Field(
+        3600.0, gt=0, le=86400 * 7, description="How often the worker purges them."
+    )
+
+
+class ServerSettings(_Settings):
+    """The HTTP service's limits (``memory-sql serve``)."""
+
+    max_body_bytes: int = Field(
+        4 * 1024 * 1024, ge=1024, le=1024**3, description="A request body over it gets 413."
+    )
+    max_messages: int = Field(
+        1000, ge=2, le=1_000_000, description="A conversation of more messages gets 413."
+    )
+    max_message_chars: int = Field(
+        100_000, ge=100, le=100_000_000, description="A longer message gets 413."
+    )
+    header_timeout_seconds: float = Field(
+        10.0, gt=0, le=600, description="A connection whose headers are not in by then closes."
+    )
+    body_timeout_seconds: float = Field(
+        30.0, gt=0, le=3600, description="A body not in by then gets 408."
+    )
+    keep_alive_seconds: float = Field(
+        5.0, gt=0, le=600, description="An idle kept-alive connection closes after it."
+    )
+    max_connections: int = Field(
+        1000, ge=1, le=1_000_000, description="Past this many connections or requests: 503."
+    )
+    max_header_bytes: int = Field(
+        65536,
+        ge=1024,
+        le=16 * 1024 * 1024,
+        description="A connection whose headers exceed it closes.",
+    )
+
+
+class SafetySettings(_Settings):
+    """What memory never keeps or replays (``docs/security.md``): secrets are replaced by typed
+    placeholders at intake, on every write and on every output; instructions are refused."""
+
     redaction: Literal["on", "off"] = Field(
         "on",
         description="Replace secrets (API keys, tokens, private keys, passwords, card numbers) "
         "with typed placeholders at intake, on every write and on every output; 'off' only "
-        "when set explicitly",
+        "when set explicitly.",
     )
-    redaction_patterns: dict[str, str] = Field(
+    patterns: dict[str, str] = Field(
         default_factory=dict,
         description="Extra secret patterns: kind label -> regex (its 'value' group, else the "
-        "whole match, is redacted as [redacted: <kind>])",
+        "whole match, is redacted as [redacted: <kind>]).",
     )
-    redaction_allow: list[str] = Field(
+    allow: list[str] = Field(
         default_factory=list,
-        description="Exact values never redacted (besides AWS's documented example keys)",
+        description="Exact values never redacted (besides AWS's documented example keys).",
     )
     refuse_instructions: bool = Field(
         True,
         description="Refuse facts and summaries worded as instructions to the assistant "
-        "(reason 'instruction')",
+        "(reason 'instruction').",
     )
 
-    @field_validator("redaction_allow", mode="before")
+    @field_validator("allow", mode="before")
     @classmethod
-    def _redaction_allow(cls, value: Any) -> Any:
+    def _allow(cls, value: Any) -> Any:
         if isinstance(value, str):  # from the environment: a,b or a JSON list
             text = value.strip()
             return json.loads(text) if text.startswith("[") else [v for v in text.split(",") if v]
         return value
 
-    @field_validator("redaction_patterns")
+    @field_validator("patterns")
     @classmethod
-    def _redaction_patterns(cls, value: dict[str, str]) -> dict[str, str]:
+    def _patterns(cls, value: dict[str, str]) -> dict[str, str]:
         for kind, pattern in value.items():
             if not re.fullmatch(r"[a-z0-9-]{1,40}", kind):
                 raise ValueError(f"kind {kind!r} is not a label ([a-z0-9-]+)")
@@ -387,22 +585,221 @@ class MemoryConfig(BaseModel):
                 raise ValueError(f"pattern {kind!r} does not compile: {exc}") from None
         return value
 
-    # --- end of issue #30 ---
+
+SECTIONS: dict[str, type[_Settings]] = {
+    "llm": LLMSettings,
+    "tokens": TokenSettings,
+    "queue": QueueSettings,
+    "spool": SpoolSettings,
+    "update": UpdateSettings,
+    "recall": RecallSettings,
+    "eviction": EvictionSettings,
+    "staleness": StalenessSettings,
+    "consolidation": ConsolidationSettings,
+    "retention": RetentionSettings,
+    "server": ServerSettings,
+    "safety": SafetySettings,
+}
+"""The sections of :class:`MemoryConfig`, by name (its fields of the same names)."""
+
+FLAT_KEYS: dict[str, tuple[str, str]] = {
+    "model_name": ("llm", "model"),
+    "llm_base_url": ("llm", "base_url"),
+    "llm_api_key": ("llm", "api_key"),
+    "llm_timeout_seconds": ("llm", "timeout_seconds"),
+    "llm_max_retries": ("llm", "max_retries"),
+    "llm_temperature": ("llm", "temperature"),
+    "llm_json_mode": ("llm", "json_mode"),
+    "llm_structured_output": ("llm", "structured_output"),
+    "llm_max_tokens": ("llm", "max_tokens"),
+    "llm_repair_attempts": ("llm", "repair_attempts"),
+    "llm_daily_calls_per_tenant": ("llm", "daily_calls_per_tenant"),
+    "llm_daily_tokens_per_tenant": ("llm", "daily_tokens_per_tenant"),
+    "token_counting": ("tokens", "counting"),
+    "tiktoken_encoding_file": ("tokens", "encoding_file"),
+    "debounce_seconds": ("queue", "debounce_seconds"),
+    "max_debounce_seconds": ("queue", "max_debounce_seconds"),
+    "workers": ("queue", "workers"),
+    "lease_seconds": ("queue", "lease_seconds"),
+    "max_attempts": ("queue", "max_attempts"),
+    "retry_backoff_seconds": ("queue", "retry_backoff_seconds"),
+    "sweep_interval_seconds": ("queue", "sweep_interval_seconds"),
+    "queue_max_row_messages": ("queue", "max_row_messages"),
+    "queue_max_row_bytes": ("queue", "max_row_bytes"),
+    "spool_max_conversations": ("spool", "max_conversations"),
+    "spool_max_per_tenant": ("spool", "max_per_tenant"),
+    "spool_retry_seconds": ("spool", "retry_seconds"),
+    "spool_dir": ("spool", "directory"),
+    "min_confidence": ("update", "min_confidence"),
+    "update_memory_max_tokens": ("update", "memory_max_tokens"),
+    "scope_gate_allow_unlabeled": ("update", "scope_gate_allow_unlabeled"),
+    "injected_memory_max_tokens": ("recall", "injected_memory_max_tokens"),
+    "guaranteed_categories": ("recall", "guaranteed_categories"),
+    "guaranteed_token_budget": ("recall", "guaranteed_token_budget"),
+    "recall_relevance_weight": ("recall", "relevance_weight"),
+    "recall_confidence_weight": ("recall", "confidence_weight"),
+    "recall_recency_weight": ("recall", "recency_weight"),
+    "recall_recency_half_life_days": ("recall", "recency_half_life_days"),
+    "recall_duplicate_overlap": ("recall", "duplicate_overlap"),
+    "recall_candidates": ("recall", "candidates"),
+    "recall_expansion_weight": ("recall", "expansion_weight"),
+    "recall_expansion_facts": ("recall", "expansion_facts"),
+    "access_heat_flush_seconds": ("recall", "heat_flush_seconds"),
+    "max_facts": ("eviction", "max_facts"),
+    "eviction_policy": ("eviction", "policy"),
+    "eviction_confidence_weight": ("eviction", "confidence_weight"),
+    "eviction_freshness_weight": ("eviction", "freshness_weight"),
+    "eviction_heat_weight": ("eviction", "heat_weight"),
+    "eviction_freshness_half_life_days": ("eviction", "freshness_half_life_days"),
+    "eviction_guaranteed_share": ("eviction", "guaranteed_share"),
+    "staleness_review_enabled": ("staleness", "review_enabled"),
+    "staleness_age_days": ("staleness", "age_days"),
+    "staleness_category_days": ("staleness", "category_days"),
+    "staleness_min_candidates": ("staleness", "min_candidates"),
+    "staleness_max_candidates": ("staleness", "max_candidates"),
+    "staleness_prompt_tokens": ("staleness", "prompt_tokens"),
+    "staleness_max_removals_per_cycle": ("staleness", "max_removals_per_cycle"),
+    "staleness_protected_categories": ("staleness", "protected_categories"),
+    "staleness_max_lifetime_multiplier": ("staleness", "max_lifetime_multiplier"),
+    "staleness_max_extension_days": ("staleness", "max_extension_days"),
+    "staleness_review_interval_hours": ("staleness", "review_interval_hours"),
+    "consolidation_enabled": ("consolidation", "enabled"),
+    "consolidation_min_facts": ("consolidation", "min_facts"),
+    "consolidation_max_groups_per_cycle": ("consolidation", "max_groups_per_cycle"),
+    "consolidation_max_sources": ("consolidation", "max_sources"),
+    "closed_fact_retention_days": ("retention", "closed_fact_days"),
+    "purge_interval_seconds": ("retention", "purge_interval_seconds"),
+    "server_max_body_bytes": ("server", "max_body_bytes"),
+    "server_max_messages": ("server", "max_messages"),
+    "server_max_message_chars": ("server", "max_message_chars"),
+    "server_header_timeout_seconds": ("server", "header_timeout_seconds"),
+    "server_body_timeout_seconds": ("server", "body_timeout_seconds"),
+    "server_keep_alive_seconds": ("server", "keep_alive_seconds"),
+    "server_max_connections": ("server", "max_connections"),
+    "server_max_header_bytes": ("server", "max_header_bytes"),
+    "redaction": ("safety", "redaction"),
+    "redaction_patterns": ("safety", "patterns"),
+    "redaction_allow": ("safety", "allow"),
+    "refuse_instructions": ("safety", "refuse_instructions"),
+}
+"""Every flat key (an environment variable's name, and a key YAML and ``MemoryConfig(...)``
+accept) of a setting in a section: ``flat key → (section, field)``. The settings outside the
+sections (``enabled``, ``storage``, ``storage_class``, ``auto_migrate``, ``patterns_dir``) are
+their own flat keys."""
+_TOP_KEYS = ("enabled", "storage", "storage_class", "auto_migrate", "patterns_dir")
+_FLAT_OF = {place: flat for flat, place in FLAT_KEYS.items()}
+_URL_KEYS = ("storage", "llm_base_url")  # shown through database.redacted
+
+
+class MemoryConfig(_Settings):
+    """Every setting of memory_sql, validated, in sections; immutable once built.
+
+    Seed keys keep the seed's names and defaults (as flat keys). ``enabled`` defaults to true
+    (DeerFlow's host class says false but its ``memory:`` section switches it on: a config that
+    is loaded is meant to be used). Each setting is described where it is declared (the
+    sections' classes); the flat keys and the sections' fields are in :data:`FLAT_KEYS`.
+    """
+
+    enabled: bool = Field(True, description="Memory on: learn after turns, recall before them.")
+    storage: str = Field(
+        "sqlite:///memory_sql.db",
+        description="A database URL (sqlite:///…, postgresql+psycopg://…) or a folder (the "
+        "JSON-file store); also database_url. The seed's {use: 'pkg.module:Class', url|path: "
+        "…} form sets storage_class too.",
+    )
+    storage_class: str | None = Field(
+        None,
+        description="A MemoryStorage class ('package.module:Class'), built with storage when "
+        "one is given.",
+    )
+    auto_migrate: bool = Field(
+        False,
+        description="Also migrate a PostgreSQL database, or a SQLite file with an older "
+        "schema, when the service opens it (a new SQLite file always is).",
+    )
+    patterns_dir: Path | None = Field(
+        None, description="A folder of pattern files (correction/reinforcement phrases)."
+    )
+    llm: LLMSettings = Field(default_factory=LLMSettings, description=LLMSettings.__doc__)
+    tokens: TokenSettings = Field(default_factory=TokenSettings, description=TokenSettings.__doc__)
+    queue: QueueSettings = Field(default_factory=QueueSettings, description=QueueSettings.__doc__)
+    spool: SpoolSettings = Field(default_factory=SpoolSettings, description=SpoolSettings.__doc__)
+    update: UpdateSettings = Field(
+        default_factory=UpdateSettings, description=UpdateSettings.__doc__
+    )
+    recall: RecallSettings = Field(
+        default_factory=RecallSettings, description=RecallSettings.__doc__
+    )
+    eviction: EvictionSettings = Field(
+        default_factory=EvictionSettings, description=EvictionSettings.__doc__
+    )
+    staleness: StalenessSettings = Field(
+        default_factory=StalenessSettings, description=StalenessSettings.__doc__
+    )
+    consolidation: ConsolidationSettings = Field(
+        default_factory=ConsolidationSettings, description=ConsolidationSettings.__doc__
+    )
+    retention: RetentionSettings = Field(
+        default_factory=RetentionSettings, description=RetentionSettings.__doc__
+    )
+    server: ServerSettings = Field(
+        default_factory=ServerSettings, description=ServerSettings.__doc__
+    )
+    safety: SafetySettings = Field(
+        default_factory=SafetySettings, description=SafetySettings.__doc__
+    )
 
     def reply_token_limit(self) -> int:
-        """The ``max_tokens`` of a memory-LLM call: ``llm_max_tokens``, or by default what a
+        """The ``max_tokens`` of a memory-LLM call: ``llm.max_tokens``, or by default what a
         full reply can need: as much as the memory can show in a prompt
-        (``injected_memory_max_tokens`` + ``guaranteed_token_budget``: more would not be
-        shown), plus :data:`REPLY_OVERHEAD_TOKENS` for the JSON, the labels and a short
+        (``recall.injected_memory_max_tokens`` + ``recall.guaranteed_token_budget``: more would
+        not be shown), plus :data:`REPLY_OVERHEAD_TOKENS` for the JSON, the labels and a short
         reasoning block (4 036 with the defaults)."""
-        if self.llm_max_tokens:
-            return self.llm_max_tokens
+        if self.llm.max_tokens:
+            return self.llm.max_tokens
+        recall = self.recall
         return (
-            self.injected_memory_max_tokens + self.guaranteed_token_budget + REPLY_OVERHEAD_TOKENS
+            recall.injected_memory_max_tokens
+            + recall.guaranteed_token_budget
+            + REPLY_OVERHEAD_TOKENS
         )
 
+    def value(self, key: str) -> Any:
+        """The value of the setting a flat key (or alias) names: ``value("debounce_seconds")``
+        is ``queue.debounce_seconds``.
+
+        Raises:
+            KeyError: ``key`` names no setting.
+        """
+        key = ALIASES.get(key, key)
+        if key in _TOP_KEYS:
+            return getattr(self, key)
+        section, field = FLAT_KEYS[key]
+        return getattr(getattr(self, section), field)
+
+    def replace(self, **changes: Any) -> MemoryConfig:
+        """A copy with ``changes`` (by flat key or alias), validated like a new config.
+
+        Raises:
+            ConfigError: a change names no setting or holds an invalid value.
+        """
+        data: dict[str, Any] = {name: getattr(self, name) for name in self.model_fields_set}
+        for key, value in changes.items():
+            flat = ALIASES.get(key, key)
+            place = FLAT_KEYS.get(flat)
+            if place is None:
+                data[flat] = value
+                continue
+            section = data.get(place[0])
+            if not isinstance(section, dict):
+                section = getattr(self, place[0]).model_dump(exclude_unset=True)
+                data[place[0]] = section
+            section[place[1]] = value
+        return MemoryConfig(**data)
+
     def __init__(self, **data: Any) -> None:
-        """Build from keyword arguments (no environment); :class:`ConfigError` if invalid.
+        """Build from keyword arguments (no environment): flat keys, aliases, or sections (a
+        mapping or the section's model); :class:`ConfigError` if invalid.
 
         (``model_validate`` reports the same message inside a pydantic ``ValidationError``.)
         """
@@ -467,36 +864,41 @@ class MemoryConfig(BaseModel):
 
     @classmethod
     def _build(
-        cls, section: Mapping[Any, Any], source: str, env: Mapping[str, str] | None
+        cls, given: Mapping[Any, Any], source: str, env: Mapping[str, str] | None
     ) -> MemoryConfig:
         env = os.environ if env is None else env
         data: dict[str, Any] = {}
-        origins: dict[str, str] = {}
-        for key, value in section.items():
+        origins: dict[str, _Origin] = {}
+        for key, value in given.items():
             if not isinstance(key, str):
                 raise ConfigError(f"{source}: memory: key {key!r} is not a string", path=source)
             data[key] = value
-            origins[ALIASES.get(key, key)] = source
-        for field, var in OPENAI_FALLBACKS.items():
-            if env.get(var) and field not in data and not _alias_given(field, data):
-                data[field] = env[var]
-                origins[field] = var
+            if key in SECTIONS and isinstance(value, Mapping):
+                for field in value:
+                    flat = _FLAT_OF.get((key, str(field)))
+                    if flat is not None:
+                        origins[flat] = _Origin(source, f"{key}.{field}")
+            else:
+                origins[ALIASES.get(key, key)] = _Origin(source, key)
+        for flat, var in OPENAI_FALLBACKS.items():
+            if env.get(var) and not _given(flat, data):
+                data[flat] = env[var]
+                origins[flat] = _Origin(var, flat)
         overrides: dict[str, Any] = {}
         for var, value in env.items():
             if not var.startswith(ENV_PREFIX) or _ENV_IGNORED.fullmatch(var):
                 continue
             name = var[len(ENV_PREFIX) :].lower()
-            field = ALIASES.get(name, name)
-            if field not in cls.model_fields:
+            flat = ALIASES.get(name, name)
+            if flat not in FLAT_KEYS and flat not in _TOP_KEYS:
                 raise _unknown_variable(var, name)
-            if field in overrides:
-                raise ConfigError(f"{var} and another alias of {field!r} are both set", key=field)
-            overrides[field] = _parse_env(field, value, var)
-            origins[field] = var
-        for field, value in overrides.items():
-            for name in [field, *(a for a, f in ALIASES.items() if f == field)]:
-                data.pop(name, None)
-            data[field] = value
+            if flat in overrides:
+                raise ConfigError(f"{var} and another alias of {flat!r} are both set", key=flat)
+            overrides[flat] = _parse_env(flat, value, var)
+            origins[flat] = _Origin(var, flat)
+        for flat, value in overrides.items():
+            _forget(flat, data)
+            data[flat] = value
         token = _ORIGINS.set(origins)
         try:
             return cls(**data)
@@ -506,33 +908,34 @@ class MemoryConfig(BaseModel):
     # Presentation ------------------------------------------------------------------------
 
     def redacted(self) -> dict[str, Any]:
-        """All settings as JSON-ready values, safe to log: no API key, and the storage and LLM
-        URLs through :func:`~memory_sql.database.redacted` (no password, no key-like query
-        parameter)."""
+        """All settings as JSON-ready values, by section, safe to log: no API key, and the
+        storage and LLM URLs through :func:`~memory_sql.database.redacted` (no password, no
+        key-like query parameter)."""
         data = self.model_dump(mode="json")
-        data["llm_api_key"] = _SECRET if self.llm_api_key is not None else None
-        for name in _URL_FIELDS:
-            if data[name] is not None:
-                data[name] = redacted(data[name])
+        data["llm"]["api_key"] = _SECRET if self.llm.api_key is not None else None
+        if data["llm"]["base_url"] is not None:
+            data["llm"]["base_url"] = redacted(data["llm"]["base_url"])
+        data["storage"] = redacted(data["storage"])
         return data
 
-    def __repr_args__(self) -> Any:
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
         for name, value in super().__repr_args__():
-            yield name, redacted(value) if name in _URL_FIELDS and value is not None else value
+            yield name, redacted(value) if name == "storage" else value
 
     # Validation --------------------------------------------------------------------------
 
     @model_validator(mode="before")
     @classmethod
-    def _canonical_keys(cls, data: Any) -> Any:
+    def _nest(cls, data: Any) -> Any:
+        """Flat keys and aliases into their sections; the seed's ``storage: {use: …}``."""
         if not isinstance(data, Mapping):
             return data
         data = dict(data)
-        for alias, field in ALIASES.items():
+        for alias, flat in ALIASES.items():
             if alias in data:
-                if field in data:
-                    raise ValueError(f"give either {field!r} or {alias!r}, not both")
-                data[field] = data.pop(alias)
+                if flat in data:
+                    raise ValueError(f"give either {flat!r} or {alias!r}, not both")
+                data[flat] = data.pop(alias)
         storage = data.get("storage")
         if isinstance(storage, Mapping):
             unknown = sorted(str(k) for k in storage if k not in _STORAGE_FORM_KEYS)
@@ -549,72 +952,26 @@ class MemoryConfig(BaseModel):
                 data.pop("storage")
             else:
                 data["storage"] = location
+        for flat, (section, field) in FLAT_KEYS.items():
+            if flat not in data:
+                continue
+            value = data.pop(flat)
+            nested = data.get(section)
+            if isinstance(nested, BaseModel):
+                nested = nested.model_dump(exclude_unset=True)
+            nested = dict(nested) if isinstance(nested, Mapping) else {}
+            if field in nested:
+                raise ValueError(f"give either {flat!r} or {section}.{field}, not both")
+            nested[field] = value
+            data[section] = nested
         return data
 
-    @field_validator(*_NUMBER_FIELDS, mode="before")
+    @field_validator("storage", mode="before")
     @classmethod
-    def _no_booleans(cls, value: Any) -> Any:
-        if isinstance(value, bool):
-            raise ValueError("a boolean is not a number")
-        return value
-
-    @field_validator(*_OPTIONAL_TEXT_FIELDS, mode="before")
-    @classmethod
-    def _blank_is_none(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return value.strip() or None
-        return value
-
-    @field_validator("llm_structured_output", mode="before")
-    @classmethod
-    def _structured_output(cls, value: Any) -> Any:
-        return value.strip().lower() if isinstance(value, str) else value
-
-    @field_validator("token_counting", mode="before")
-    @classmethod
-    def _token_counting_mode(cls, value: Any) -> Any:
-        # DeerFlow's newer spelling: "tiktoken" or "char".
-        return {"tiktoken": True, "char": False}.get(value, value)
-
-    @field_validator("staleness_category_days", mode="before")
-    @classmethod
-    def _category_days(cls, value: Any) -> Any:
-        if not isinstance(value, Mapping):
-            return value
-        days: dict[str, int] = {}
-        for name, count in value.items():
-            key = str(name).strip().lower()
-            if not CATEGORY_PATTERN.fullmatch(key):
-                raise ValueError(f"{name!r} is not a category name (^[a-z0-9_-]{{1,32}}$)")
-            if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 36500:
-                raise ValueError(f"{name}: {count!r} is not a number of days from 1 to 36500")
-            days[key] = count
-        return days
-
-    @field_validator("guaranteed_categories", "staleness_protected_categories", mode="before")
-    @classmethod
-    def _categories(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            value = [part for part in value.split(",") if part.strip()]
-        if not isinstance(value, (list, tuple)):
-            return value
-        categories: list[str] = []
-        for item in value:
-            if not isinstance(item, str):
-                raise ValueError(f"{item!r} is not a category name")
-            name = item.strip().lower()
-            if not CATEGORY_PATTERN.fullmatch(name):
-                raise ValueError(f"{item!r} is not a category name (^[a-z0-9_-]{{1,32}}$)")
-            if name not in categories:
-                categories.append(name)
-        return categories
-
-    @field_validator("storage")
-    @classmethod
-    def _storage(cls, value: str) -> str:
-        if not value.strip():
+    def _storage(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():
             raise ValueError("storage is empty; give a database URL or a folder")
-        return value.strip()
+        return value.strip() if isinstance(value, str) else value
 
     @field_validator("storage_class")
     @classmethod
@@ -628,20 +985,6 @@ class MemoryConfig(BaseModel):
             value = f"{module}:{name}"
         return value
 
-    @field_validator("llm_base_url")
-    @classmethod
-    def _base_url(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(r"https?://[^\s/]+", value):
-            raise ValueError(f"{redacted(value)!r} is not an http:// or https:// URL")
-        return value
-
-    @field_validator("tiktoken_encoding_file")
-    @classmethod
-    def _encoding_file(cls, value: Path | None) -> Path | None:
-        if value is not None and not value.expanduser().is_file():
-            raise ValueError(f"{value} is not a file")
-        return None if value is None else value.expanduser()
-
     @field_validator("patterns_dir")
     @classmethod
     def _patterns(cls, value: Path | None) -> Path | None:
@@ -649,25 +992,71 @@ class MemoryConfig(BaseModel):
             load_patterns(value)  # refuse a broken pattern file now, not mid-conversation
         return value
 
-    @model_validator(mode="after")
-    def _debounce_order(self) -> MemoryConfig:
-        if self.max_debounce_seconds < self.debounce_seconds:
-            raise ValueError(
-                f"max_debounce_seconds ({self.max_debounce_seconds:g}) must be at least "
-                f"debounce_seconds ({self.debounce_seconds:g})"
-            )
-        return self
+
+# The flat keys, the settings table -------------------------------------------------------
+
+
+def flat_keys() -> list[str]:
+    """Every flat key, in the order of the settings table (aliases not included)."""
+    return [*_TOP_KEYS, *FLAT_KEYS]
+
+
+def field_of(key: str) -> FieldInfo:
+    """The declaration of the setting a flat key names (its ``description``, bounds, default)."""
+    key = ALIASES.get(key, key)
+    if key in _TOP_KEYS:
+        return MemoryConfig.model_fields[key]
+    section, field = FLAT_KEYS[key]
+    return SECTIONS[section].model_fields[field]
+
+
+def settings_table() -> str:
+    """The Markdown table of every setting: its section field, flat key (the
+    ``MEMORY_SQL_<KEY>`` variable's name), default and description (``docs/settings.md``
+    holds it; a test checks that it is this)."""
+    rows = [
+        "| Setting | Flat key / `MEMORY_SQL_` variable | Default | Description |",
+        "|---|---|---|---|",
+    ]
+    for key in flat_keys():
+        name = key if key in _TOP_KEYS else ".".join(FLAT_KEYS[key])
+        info = field_of(key)
+        default = info.get_default(call_default_factory=True)
+        shown = json.dumps(list(default) if isinstance(default, tuple) else default)
+        description = " ".join((info.description or "").split()).replace("|", "\\|")
+        rows.append(f"| `{name}` | `{key}` | `{shown}` | {description} |")
+    return "\n".join(rows) + "\n"
+
+
+# Loading helpers ---------------------------------------------------------------------------
+
+
+def _given(flat: str, data: Mapping[str, Any]) -> bool:
+    """Whether ``data`` (a ``memory:`` mapping) sets the setting ``flat`` names, in any form."""
+    if flat in data or any(alias in data for alias, target in ALIASES.items() if target == flat):
+        return True
+    place = FLAT_KEYS.get(flat)
+    nested = data.get(place[0]) if place else None
+    return isinstance(nested, Mapping) and place is not None and place[1] in nested
+
+
+def _forget(flat: str, data: dict[str, Any]) -> None:
+    """Remove the setting ``flat`` names from ``data``, in any form (an override replaces it)."""
+    for name in [flat, *(a for a, f in ALIASES.items() if f == flat)]:
+        data.pop(name, None)
+    place = FLAT_KEYS.get(flat)
+    if place is not None and isinstance(data.get(place[0]), Mapping):
+        nested = dict(data[place[0]])
+        nested.pop(place[1], None)
+        data[place[0]] = nested
 
 
 def _unknown_variable(var: str, name: str) -> ConfigError:
-    keys = [*MemoryConfig.model_fields, *ALIASES]
-    close = difflib.get_close_matches(name, keys, n=1)
+    close = difflib.get_close_matches(name, [*flat_keys(), *ALIASES], n=1)
     if close:
         hint = f" (did you mean {ENV_PREFIX}{close[0].upper()}?)"
     else:
-        hint = "; known: " + ", ".join(
-            ENV_PREFIX + key.upper() for key in MemoryConfig.model_fields
-        )
+        hint = "; known: " + ", ".join(ENV_PREFIX + key.upper() for key in flat_keys())
     return ConfigError(
         f"unknown environment variable {var}{hint}; {ENV_PREFIX}<KEY> variables set config keys "
         f"({ENV_PREFIX}CONFIG and {ENV_PREFIX}TEST_* excepted)",
@@ -675,52 +1064,61 @@ def _unknown_variable(var: str, name: str) -> ConfigError:
     )
 
 
-def _alias_given(field: str, data: Mapping[str, Any]) -> bool:
-    return any(alias in data for alias, target in ALIASES.items() if target == field)
-
-
-def _parse_env(field: str, value: str, var: str) -> Any:
-    if field in ("staleness_category_days", "redaction_patterns"):
+def _parse_env(flat: str, value: str, var: str) -> Any:
+    if flat in ("staleness_category_days", "redaction_patterns"):
         try:
             return json.loads(value)
         except json.JSONDecodeError as exc:
-            raise ConfigError(f"{var}: invalid JSON object: {exc.msg}", key=field) from None
-    if field in ("guaranteed_categories", "staleness_protected_categories") and (
+            raise ConfigError(f"{var}: invalid JSON object: {exc.msg}", key=flat) from None
+    if flat in ("guaranteed_categories", "staleness_protected_categories") and (
         value.strip().startswith("[")
     ):
         try:
             return json.loads(value)
         except json.JSONDecodeError as exc:
-            raise ConfigError(f"{var}: invalid JSON list: {exc.msg}", key=field) from None
+            raise ConfigError(f"{var}: invalid JSON list: {exc.msg}", key=flat) from None
     return value
 
 
-def _config_error(exc: ValidationError, origins: Mapping[str, str]) -> ConfigError:
+# Error messages ----------------------------------------------------------------------------
+
+
+def _config_error(exc: ValidationError, origins: Mapping[str, _Origin]) -> ConfigError:
     problems = []
     first_key = None
     list_known = False
     for error in exc.errors(include_url=False):
         loc = [str(part) for part in error["loc"]]
-        key = loc[0] if loc else None
-        first_key = first_key or key
         message = error["msg"].removeprefix("Value error, ")
-        if key is None:
+        if not loc:
             problems.append(message)
             continue
+        # A section's field is named by its flat key (or as it was written).
+        flat = _FLAT_OF.get((loc[0], loc[1])) if len(loc) > 1 else None
+        key = flat or loc[0]
+        first_key = first_key or key
         origin = origins.get(key)
-        label = f"{'.'.join(loc)}" + (f" (from {origin})" if origin else "")
+        written = origin.written if origin is not None else key
+        rest = loc[2:] if flat else loc[1:]
+        label = ".".join([written, *rest]) + (f" (from {origin.source})" if origin else "")
         if error["type"] == "extra_forbidden":
-            close = difflib.get_close_matches(key, [*MemoryConfig.model_fields, *ALIASES], n=1)
+            known = [*flat_keys(), *ALIASES, *SECTIONS]
+            if len(loc) > 1:  # an unknown field of a section
+                known = [*SECTIONS[loc[0]].model_fields] if loc[0] in SECTIONS else known
+                label = ".".join(loc)
+            close = difflib.get_close_matches(loc[-1], known, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             list_known = list_known or not close
             problems.append(f"unknown key {label}{hint}")
+        elif error["type"] == "value_error" and key in SECTIONS:
+            problems.append(f"{label}: {message}")
         elif error["type"] == "value_error":
             problems.append(f"{label}: {message}; allowed: {_allowed(key)}")
         else:
             shown = _show(key, error.get("input"))
             problems.append(f"{label}: got {shown}, allowed: {_allowed(key)}")
     if list_known:
-        problems.append("known keys: " + ", ".join(MemoryConfig.model_fields))
+        problems.append("known keys: " + ", ".join(flat_keys()))
     return ConfigError("invalid memory config: " + "; ".join(problems), key=first_key)
 
 
@@ -734,8 +1132,9 @@ def _show(key: str, value: Any) -> str:
 
 
 def _allowed(key: str) -> str:
-    field = MemoryConfig.model_fields.get(key)
-    if field is None:
+    try:
+        field = field_of(key)
+    except KeyError:
         return "see MemoryConfig"
     special = {
         "guaranteed_categories": "a list of category names (^[a-z0-9_-]{1,32}$)",
@@ -766,4 +1165,4 @@ def _allowed(key: str) -> str:
         else:
             text = f"{kind} greater than {bounds['gt']:g} and at most {bounds['le']:g}"
         return f"{text}, {special[key]}" if key in special else text
-    return special.get(key, "a string")
+    return special.get(key, "a section of settings" if key in SECTIONS else "a string")

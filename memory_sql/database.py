@@ -25,6 +25,7 @@ from .redaction import redacted as redacted
 logger = logging.getLogger(__name__)
 P = ParamSpec("P")
 T = TypeVar("T")
+_RECONNECTABLE: tuple[type[Exception], ...] = (StorageError, *DATABASE_ERRORS)
 DEFAULT_DATABASE_URL = "sqlite:///memory_sql.db"
 URL_ENV = "MEMORY_SQL_DATABASE_URL"
 CONNECT_TIMEOUT_SECONDS = 10.0
@@ -147,7 +148,7 @@ def reconnecting(call: Callable[P, T]) -> Callable[P, T]:
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
         try:
             return call(*args, **kwargs)
-        except (StorageError, *DATABASE_ERRORS) as exc:
+        except _RECONNECTABLE as exc:
             if not is_disconnect(exc):
                 raise
             logger.info("database connection found dead (%s); trying again", type(exc).__name__)

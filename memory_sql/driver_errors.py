@@ -86,7 +86,8 @@ def violated_constraint(exc: BaseException) -> str | None:
     orig = getattr(exc, "orig", None) or exc
     diag = getattr(orig, "diag", None)
     if diag is not None:  # psycopg: the server names it
-        return diag.constraint_name
+        name: str | None = diag.constraint_name
+        return name
     if isinstance(orig, sqlite3.IntegrityError):
         return _sqlite_constraint(str(orig))
     return None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TypedDict
 
 from .errors import InvalidScopeError
 
@@ -36,6 +37,14 @@ def _check(field: str, value: object, pattern: re.Pattern[str], max_len: int, ru
 # three ids costs more than a cached load's own Python.
 _known: dict[tuple[object, object, object], Scope] = {}
 _MAX_KNOWN = 4096
+
+
+class ScopeArguments(TypedDict):
+    """The keyword arguments that name a memory (:meth:`Scope.arguments`)."""
+
+    user_id: str | None
+    agent_name: str | None
+    tenant_id: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +109,7 @@ class Scope:
             ).lower()
         return cls(tenant, user, agent)
 
-    def arguments(self) -> dict[str, str | None]:
+    def arguments(self) -> ScopeArguments:
         """This scope as the keyword arguments that name a memory in the public API
         (``storage.load(**scope.arguments())``)."""
         return {"user_id": self.user_id, "agent_name": self.agent_name, "tenant_id": self.tenant_id}

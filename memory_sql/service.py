@@ -24,47 +24,46 @@ killed between its save and its completion runs again: at least once.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
 import threading
-from collections import Counter
 from collections.abc import Callable, Iterable
 from datetime import date, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from . import migrations
 from .config import MemoryConfig
-from .database import create_engine
-from .errors import LeaseLostError, MemorySQLError, SpoolFullError
+from .errors import SpoolFullError
 from .intake import KeptConversation, take_conversation
 from .intake.guard import MemoryGuard
 from .intake.redact import count_redactions, redactor_of
 from .models import MemoryDocument, utcnow
 from .pattern_files import load_patterns
-from .queue import PendingUpdate, RunOutcome, Spool, UpdateQueue, UpdateWorker, manage
+from .queue import (
+    PendingUpdate,
+    RunOutcome,
+    Spool,
+    UpdateQueue,
+    UpdateWorker,
+    manage,
+    spool_directory,
+)
 from .queue.manage import QueueChange, QueuedUpdate, UpdateKey
 from .recall.context import Recall
 from .scope import Scope, check_thread_id
-from .storage import FileStorage, MemoryStorage, SQLStorage, load_storage_class
+from .storage import MemoryStorage, SQLStorage
+from .storage.configured import open_configured, queue_engine_for
 from .storage.redactions import record_redactions
 from .storage.writable import check_writable
 from .tenancy import acting_for
 from .tokens import make_token_counter
-from .update import watermark
 from .update.budget import LLMBudget
 from .update.llm import LLMClient
-from .update.parser import MemoryUpdate
-from .update.prompt import split_conversation
+from .update.run import UpdateRun, warn_if_lease_too_short
 from .update.updater import MemoryUpdater, UpdateResult
 
 logger = logging.getLogger(__name__)
 _refusals = logging.getLogger("memory_sql.spool.refused")
-
-QUEUE_FILE = "queue.db"
 
 
 class MemoryService:
@@ -102,78 +101,64 @@ class MemoryService:
         self._patterns = load_patterns(self.config.patterns_dir)
         self._owned_engines: list[Engine] = []
         self._owns_storage = storage is None
-        self.storage = storage if storage is not None else self._open_storage()
+        self.storage = (
+            storage if storage is not None else open_configured(self.config, self._owned_engines)
+        )
         self.redactor = redactor_of(self.config)
         self.storage.write_guard = MemoryGuard(
-            self.redactor, instructions=self.config.refuse_instructions
+            self.redactor, instructions=self.config.safety.refuse_instructions
         )
-        queue_engine = self._queue_engine()
+        queue_engine = queue_engine_for(self.storage, self._owned_engines)
         check_writable(queue_engine)
-        self.queue = UpdateQueue(
-            queue_engine,
-            debounce_seconds=self.config.debounce_seconds,
-            max_debounce_seconds=self.config.max_debounce_seconds,
-            lease_seconds=self.config.lease_seconds,
-            max_attempts=self.config.max_attempts,
-            retry_backoff_seconds=self.config.retry_backoff_seconds,
-            max_row_messages=self.config.queue_max_row_messages,
-            max_row_bytes=self.config.queue_max_row_bytes,
-        )
+        self.queue = UpdateQueue(queue_engine, self.config.queue)
         self.updater = MemoryUpdater(self.config, self.storage, llm)
         self.budget = LLMBudget(
             self.storage.engine if isinstance(self.storage, SQLStorage) else None,
-            daily_calls=self.config.llm_daily_calls_per_tenant,
-            daily_tokens=self.config.llm_daily_tokens_per_tenant,
+            daily_calls=self.config.llm.daily_calls_per_tenant,
+            daily_tokens=self.config.llm.daily_tokens_per_tenant,
         )
         self.counter = make_token_counter(
-            self.config.token_counting, self.config.tiktoken_encoding_file
+            self.config.tokens.counting, self.config.tokens.encoding_file
         )
-        self.recall = Recall(self.config, self.storage, self.counter)
+        self.recall = Recall(self.config.recall, self.storage, self.counter)
+        self.update_run = UpdateRun(
+            queue=self.queue,
+            updater=self.updater,
+            budget=self.budget,
+            counter=self.counter,
+            # The save of an update completes its queue row in the same transaction.
+            completes_in_save=isinstance(self.storage, SQLStorage)
+            and self.storage.engine is self.queue.engine,
+            on_result=on_result,
+        )
         self.worker = UpdateWorker(
             self.queue,
             self._run,
-            workers=self.config.workers,
-            sweep_interval=self.config.sweep_interval_seconds,
+            workers=self.config.queue.workers,
+            sweep_interval=self.config.queue.sweep_interval_seconds,
         )
         self.spool = Spool(
             self.queue,
-            directory=self._spool_directory(),
-            max_conversations=self.config.spool_max_conversations,
-            max_per_tenant=self.config.spool_max_per_tenant,
-            retry_seconds=self.config.spool_retry_seconds,
+            directory=spool_directory(self.config.spool.directory, self.queue.engine.url)
+            if self.config.spool.max_conversations
+            else None,
+            max_conversations=self.config.spool.max_conversations,
+            max_per_tenant=self.config.spool.max_per_tenant,
+            retry_seconds=self.config.spool.retry_seconds,
             on_queued=self.worker.notify,
         )
-        # The save of an update completes its queue row in the same transaction.
-        self._completes_in_save = (
-            isinstance(self.storage, SQLStorage) and self.storage.engine is self.queue.engine
-        )
-        worst_llm_call = self.config.llm_timeout_seconds * (self.config.llm_max_retries + 1)
-        if self.config.lease_seconds <= worst_llm_call:
-            logger.warning(
-                "memory_sql: lease_seconds (%s) is not longer than an LLM call may take "
-                "(llm_timeout_seconds × (llm_max_retries + 1) = %s): a slow update may be "
-                "claimed and run again by another worker",
-                self.config.lease_seconds,
-                worst_llm_call,
-            )
-        self.on_result = on_result
+        warn_if_lease_too_short(self.config)
         self._problems = 0
         self._problems_lock = threading.Lock()
-        self._llm_usage = {
-            "llm_calls": 0,
-            "prompt_tokens": 0,
-            "completion_tokens": 0,
-            "rejected_items": 0,
-        }
-        self._rejected: Counter[str] = Counter()
-        self._has_watermarks: bool | None = None
         self._closed = False
         self._warned_no_model = False
         if start:
             self._warn_if_no_model()
             self.worker.start()
-            if self.config.closed_fact_retention_days > 0:
-                self.worker.every(self.config.purge_interval_seconds, self.purge_closed, "purge")
+            if self.config.retention.closed_fact_days > 0:
+                self.worker.every(
+                    self.config.retention.purge_interval_seconds, self.purge_closed, "purge"
+                )
 
     # the agent's side ------------------------------------------------------------------------
 
@@ -302,7 +287,7 @@ class MemoryService:
         """Delete the closed facts older than ``closed_fact_retention_days`` (0: none); what
         the worker runs every ``purge_interval_seconds``. Returns how many; never raises (a
         failure is logged, and the next run tries again)."""
-        days = self.config.closed_fact_retention_days
+        days = self.config.retention.closed_fact_days
         if days <= 0:
             return 0
         try:
@@ -381,8 +366,7 @@ class MemoryService:
     def rejections(self) -> dict[str, int]:
         """The parts of the memory LLM's replies refused here since start, by reason
         (:mod:`memory_sql.update.rejections`), most frequent first."""
-        with self._problems_lock:
-            return dict(self._rejected.most_common())
+        return self.update_run.rejections()
 
     def status(self) -> dict[str, int]:
         """``pending`` and ``failed`` rows in the queue (all processes), ``leased`` (running
@@ -417,7 +401,7 @@ class MemoryService:
             "trimmed_messages": self.queue.trimmed_messages,
             "over_budget": self.budget.refused,
             "problems": self._problems,
-            **self._llm_usage,
+            **self.update_run.usage,
         }
 
     # the queue, by hand ----------------------------------------------------------------------
@@ -431,15 +415,8 @@ class MemoryService:
         agent_name: str | None = None,
         limit: int | None = None,
     ) -> list[QueuedUpdate]:
-        """The queue's rows (every process's), failed first, then by due time; only the
-        ``failed`` ones (given up after ``max_attempts``) if ``failed_only``; only those of the
-        tenant, user or agent given. Each has its ``key``, for :meth:`retry_failed` and
-        :meth:`drop_updates` (syntax: :mod:`memory_sql.queue.manage`).
-
-        Raises:
-            InvalidScopeError: a filter is malformed.
-            StorageError: the queue's database cannot be read.
-        """
+        """The queue's rows (every process's): :func:`memory_sql.queue.manage.list_updates`.
+        Each has its ``key``, for :meth:`retry_failed` and :meth:`drop_updates`."""
         return manage.list_updates(
             self.queue.engine,
             failed_only=failed_only,
@@ -450,32 +427,16 @@ class MemoryService:
         )
 
     def retry_failed(self, keys: Iterable[str | UpdateKey] | None = None) -> QueueChange:
-        """Run updates again: every ``failed`` row, or the rows ``keys`` name
-        (``"[KIND:]TENANT/USER[/AGENT[/THREAD]]"``, as :meth:`pending_updates` shows them;
-        a waiting row is made due now too). Each gets ``attempts`` 0, no last error, and is
-        due now; a started service's worker runs it at once. Rows a worker is running are
-        left alone (``running`` in the result).
-
-        Raises:
-            ValueError: a key is malformed.
-            UpdateNotFoundError: a key names no row (nothing was changed).
-            StorageError: the queue's database failed.
-        """
+        """Run the rows ``keys`` name (every ``failed`` row if None) again, due now:
+        :func:`memory_sql.queue.manage.retry_updates`; a started worker runs them at once."""
         change = manage.retry_updates(self.queue.engine, keys)
         if change.changed:
             self.worker.notify(utcnow())
         return change
 
     def drop_updates(self, keys: Iterable[str | UpdateKey] | None = None) -> QueueChange:
-        """Delete queued updates: every ``failed`` row, or the rows ``keys`` name (see
-        :meth:`retry_failed`). Their conversations are not learned from. Rows a worker is
-        running are left alone (``running`` in the result).
-
-        Raises:
-            ValueError: a key is malformed.
-            UpdateNotFoundError: a key names no row (nothing was deleted).
-            StorageError: the queue's database failed.
-        """
+        """Delete the rows ``keys`` name (every ``failed`` row if None), unlearned:
+        :func:`memory_sql.queue.manage.drop_updates`."""
         return manage.drop_updates(self.queue.engine, keys)
 
     def close(self, timeout: float = 30.0) -> bool:
@@ -503,6 +464,16 @@ class MemoryService:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    @property
+    def on_result(self) -> Callable[[UpdateResult], None] | None:
+        """What every update's :class:`~memory_sql.UpdateResult` is handed to (the
+        constructor's ``on_result``)."""
+        return self.update_run.on_result
+
+    @on_result.setter
+    def on_result(self, callback: Callable[[UpdateResult], None] | None) -> None:
+        self.update_run.on_result = callback
 
     # internals -------------------------------------------------------------------------------
 
@@ -557,120 +528,9 @@ class MemoryService:
             )
 
     def _run(self, item: PendingUpdate) -> RunOutcome:
-        with acting_for(item.scope.tenant_id):
-            return self._run_for_tenant(item)
-
-    def _run_for_tenant(self, item: PendingUpdate) -> RunOutcome:
-        if item.reply is None and self.budget.limited:  # a stored reply needs no LLM call
-            try:
-                over = self.budget.over(item.scope.tenant_id)
-            except MemorySQLError:
-                over = None  # the update meets the same database, and fails or not by itself
-            if over is not None:
-                self.budget.hold(item.scope.tenant_id, over)
-                return RunOutcome(False, over, wait_seconds=self.budget.wait_seconds())
-        # Only what follows the thread's watermark is new (memory_sql.update.watermark); the last
-        # exchange before it goes along as marked context.
-        cut = self._cut(item)
-        messages = cut.new if cut is not None else item.messages
-        context = cut.context if cut is not None else ()
-        # A flush whose messages do not hold the watermark (they come before it, or it was
-        # never set) is sent whole; it moves the watermark only when it was not past it.
-        mark = None if cut is None else cut.last
-        if cut is not None and item.kind == "flush" and cut.whole and cut.previous is not None:
-            mark = None
-        # A turn's oldest messages were learned from in earlier runs; a flush's were not, so a
-        # flush too long for one prompt is learned from part by part.
-        parts = split_conversation(messages) if item.kind == "flush" else [messages]
-        parts = parts or [[]]
-        single = len(parts) == 1
-        completed = False
-        moved = False
-
-        def complete_with_the_save(connection: Any) -> None:
-            nonlocal completed, moved
-            if mark is not None:
-                watermark.move_on(connection, item.scope, item.thread_id, mark)
-                moved = True
-            self.queue.complete_on(connection, item)
-            completed = True
-
-        for number, part in enumerate(parts, 1):
-            last = number == len(parts)
-            moved = False
-            try:
-                result = self.updater.update_from(
-                    part,
-                    item.scope,
-                    item.thread_id,
-                    correction_detected=item.signals.correction,
-                    reinforcement_detected=item.signals.reinforcement,
-                    reply=_stored_reply(item) if single else None,
-                    in_transaction=complete_with_the_save
-                    if last and self._completes_in_save
-                    else None,
-                    context=context if number == 1 else (),
-                    attempt=item.attempts,
-                )
-            except LeaseLostError as exc:
-                return RunOutcome(False, str(exc), lease_lost=True)
-            if self.on_result is not None:
-                self.on_result(result)
-            if result.llm_called:
-                self.budget.spent(
-                    item.scope.tenant_id, 1, result.prompt_tokens + result.completion_tokens
-                )
-                with self._problems_lock:
-                    self._llm_usage["llm_calls"] += result.llm_calls or 1
-                    self._llm_usage["prompt_tokens"] += result.prompt_tokens
-                    self._llm_usage["completion_tokens"] += result.completion_tokens
-            if result.rejected:
-                with self._problems_lock:
-                    self._llm_usage["rejected_items"] += sum(result.rejected.values())
-                    self._rejected.update(result.rejected)
-            if not result.ok:
-                if result.conflicted and single and result.reply is not None:
-                    return RunOutcome(
-                        False, result.error, retry_reply=result.reply.model_dump_json()
-                    )
-                return RunOutcome(False, result.error)
-        if mark is not None and not moved:
-            # Nothing was saved (nothing new, or nothing to change): move it on its own.
-            try:
-                watermark.move(self.queue.engine, item.scope, item.thread_id, mark)
-            except Exception as exc:
-                logger.warning(
-                    "memory %s, thread %s: cannot move the watermark: %s",
-                    item.scope,
-                    item.thread_id,
-                    " ".join(str(exc).split())[:300],
-                )
-        return RunOutcome(True, completed=completed)
-
-    def _cut(self, item: PendingUpdate) -> watermark.Cut | None:
-        """``item``'s conversation cut at its thread's watermark; None when the queue's
-        database has no watermarks (an older schema) or cannot be read (all is sent)."""
-        if self._has_watermarks is False:
-            return None
-        try:
-            if self._has_watermarks is None:
-                self._has_watermarks = watermark.has_table(self.queue.engine)
-                if not self._has_watermarks:
-                    logger.warning(
-                        "memory_sql: the database has no memory_watermarks table (upgrade it: "
-                        "memory-sql db upgrade); every update sends the whole conversation"
-                    )
-                    return None
-            previous = watermark.load(self.queue.engine, item.scope, item.thread_id)
-        except Exception as exc:
-            logger.warning(
-                "memory %s, thread %s: cannot read the watermark (%s); sending it all",
-                item.scope,
-                item.thread_id,
-                " ".join(str(exc).split())[:300],
-            )
-            return None
-        return watermark.split(item.messages, previous, self.counter)
+        """What the worker runs for each row: :class:`~memory_sql.update.run.UpdateRun` (a
+        subclass may wrap it: the DeerFlow backend sets its host's context around it)."""
+        return self.update_run(item)
 
     def _warn_if_no_model(self) -> None:
         """Say once, when updates are about to run, that there is no model to run them."""
@@ -682,68 +542,10 @@ class MemoryService:
             "MEMORY_SQL_MODEL_NAME or OPENAI_MODEL): every update will fail, and after "
             "max_attempts (%d) stay failed in the queue; `memory-sql queue list --failed` "
             "shows them, `memory-sql queue retry --all` runs them again",
-            self.config.max_attempts,
+            self.config.queue.max_attempts,
         )
 
     def _problem(self, message: str, *args: object) -> None:
         with self._problems_lock:
             self._problems += 1
         logger.warning(message, *args, exc_info=True)
-
-    def _open_storage(self) -> MemoryStorage:
-        if self.config.storage_class:
-            # storage: {use: pkg.module:Class, url: …} builds Class(url); without a url, Class().
-            cls = load_storage_class(self.config.storage_class)
-            given = "storage" in self.config.model_fields_set
-            return cls(self.config.storage) if given else cls()
-        target = self.config.storage
-        if "://" not in target and not target.startswith("sqlite:"):
-            return FileStorage(target)
-        engine = create_engine(target, pool_size=max(5, self.config.workers + 3))
-        self._owned_engines.append(engine)
-        try:
-            # A new SQLite file gets the schema; anything else only with auto_migrate.
-            migrations.prepare_schema(engine, auto_migrate=self.config.auto_migrate)
-        except BaseException:
-            engine.dispose()
-            raise
-        return SQLStorage(engine)
-
-    def _spool_directory(self) -> Path | None:
-        """Where this service's spool files go: ``spool_dir``, else next to a SQLite file,
-        else a folder of the user's state directory named by a digest of the storage URL (so
-        the processes of one database share it). None when the spool is off."""
-        if self.config.spool_max_conversations == 0:
-            return None
-        if self.config.spool_dir is not None:
-            return Path(self.config.spool_dir)
-        url = self.queue.engine.url
-        if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
-            return Path(f"{url.database}.spool")
-        state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-        name = url.render_as_string(hide_password=True)
-        digest = hashlib.sha256(name.encode()).hexdigest()[:16]
-        return Path(state) / "memory_sql" / "spool" / digest
-
-    def _queue_engine(self) -> Engine:
-        if isinstance(self.storage, SQLStorage):
-            return self.storage.engine
-        if isinstance(self.storage, FileStorage):
-            path = Path(self.storage.root) / QUEUE_FILE
-        else:
-            path = Path(QUEUE_FILE)
-        engine = create_engine(f"sqlite:///{path}")
-        self._owned_engines.append(engine)
-        migrations.upgrade(engine)
-        return engine
-
-
-def _stored_reply(item: PendingUpdate) -> MemoryUpdate | None:
-    """The reply a run that lost to version conflicts left on the row, if it still reads."""
-    if item.reply is None:
-        return None
-    try:
-        return MemoryUpdate.model_validate_json(item.reply)
-    except ValueError:
-        logger.warning("memory %s: the stored reply is unreadable; asking the LLM", item.scope)
-        return None

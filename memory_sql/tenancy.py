@@ -85,7 +85,7 @@ def guard_engine(engine: Engine, *, default: str = ALL_TENANTS) -> None:
     engine.__dict__[_GUARD] = guard
 
 
-def reapply(engine: Engine, dbapi_connection: Any, info: dict) -> None:
+def reapply(engine: Engine, dbapi_connection: Any, info: dict[str, Any]) -> None:
     """What ``engine``'s checkout hook does, for a connection it handed out earlier and that is
     used again without a checkout (``info``: its pool record's). Raises ``DisconnectionError``
     on a connection found dead."""
@@ -106,7 +106,7 @@ class _TenantGuard:
     def on_checkout(self, dbapi_connection: Any, record: Any, _proxy: Any) -> None:
         self.apply(dbapi_connection, record.info)
 
-    def apply(self, dbapi_connection: Any, info: dict) -> None:
+    def apply(self, dbapi_connection: Any, info: dict[str, Any]) -> None:
         tenant = _acting.get()
         if tenant is None:
             tenant = self.default

@@ -65,6 +65,8 @@ class TokenCounter(Protocol):
 
     def count(self, text: str) -> int: ...
 
+    def __hash__(self) -> int: ...  # a counter keys the caches of counts
+
 
 class EstimateCounter:
     """A character estimate: three tokens per two CJK characters, one per four others.

@@ -9,8 +9,19 @@ from typing import Any
 
 import pytest
 
-from memory_sql.config import MemoryConfig
+from memory_sql.config import (
+    FLAT_KEYS,
+    SECTIONS,
+    MemoryConfig,
+    QueueSettings,
+    field_of,
+    flat_keys,
+    settings_table,
+)
 from memory_sql.errors import ConfigError
+from memory_sql.recall.context import Recall
+from memory_sql.storage import FileStorage
+from memory_sql.tokens import make_token_counter
 
 SECRET = "sk-test-DO-NOT-LEAK-1234"
 
@@ -24,16 +35,16 @@ def write(tmp_path: Path, text: str) -> Path:
 def test_defaults_are_the_seeds() -> None:
     config = MemoryConfig.from_env({})
     assert config.enabled is True
-    assert config.debounce_seconds == 30
-    assert config.max_facts == 200
-    assert config.min_confidence == 0.7
-    assert config.model_name is None
-    assert config.token_counting is True
-    assert config.injected_memory_max_tokens == 2000
-    assert config.guaranteed_categories == ("correction",)
-    assert config.guaranteed_token_budget == 500
+    assert config.queue.debounce_seconds == 30
+    assert config.eviction.max_facts == 200
+    assert config.update.min_confidence == 0.7
+    assert config.llm.model is None
+    assert config.tokens.counting is True
+    assert config.recall.injected_memory_max_tokens == 2000
+    assert config.recall.guaranteed_categories == ("correction",)
+    assert config.recall.guaranteed_token_budget == 500
     assert config.storage == "sqlite:///memory_sql.db"
-    assert config.max_debounce_seconds >= config.debounce_seconds
+    assert config.queue.max_debounce_seconds >= config.queue.debounce_seconds
     assert config == MemoryConfig()
 
 
@@ -56,11 +67,11 @@ memory:
     )
     config = MemoryConfig.from_yaml(path, env={})
     assert config.enabled is False
-    assert config.debounce_seconds == 5
-    assert config.max_facts == 50
-    assert config.model_name == "gpt-4o-mini"
-    assert config.token_counting is False
-    assert config.guaranteed_categories == ("correction", "goal")
+    assert config.queue.debounce_seconds == 5
+    assert config.eviction.max_facts == 50
+    assert config.llm.model == "gpt-4o-mini"
+    assert config.tokens.counting is False
+    assert config.recall.guaranteed_categories == ("correction", "goal")
     assert config.storage_class == "my_app.storage:RedisStorage"
     assert config.storage == "redis://localhost/0"
 
@@ -81,11 +92,11 @@ def test_environment_overrides_yaml(tmp_path: Path) -> None:
         "MEMORY_SQL_TEST_PG_URL": "postgresql://elsewhere",
     }
     config = MemoryConfig.from_yaml(path, env=env)
-    assert config.debounce_seconds == 10
+    assert config.queue.debounce_seconds == 10
     assert config.storage == "sqlite:///b.db"
-    assert config.guaranteed_categories == ("correction", "identity")
+    assert config.recall.guaranteed_categories == ("correction", "identity")
     assert config.enabled is False
-    assert config.model_name is None
+    assert config.llm.model is None
 
 
 @pytest.mark.parametrize(
@@ -94,7 +105,7 @@ def test_environment_overrides_yaml(tmp_path: Path) -> None:
 )
 def test_env_lists(value: str, expected: tuple[str, ...]) -> None:
     env = {"MEMORY_SQL_GUARANTEED_CATEGORIES": value}
-    assert MemoryConfig.from_env(env).guaranteed_categories == expected
+    assert MemoryConfig.from_env(env).recall.guaranteed_categories == expected
 
 
 @pytest.mark.parametrize(
@@ -122,7 +133,7 @@ def test_openai_variables_are_the_lowest_priority(
     tmp_path: Path, yaml_text: str, env: dict[str, str], key: str, expected: str
 ) -> None:
     config = MemoryConfig.from_yaml(write(tmp_path, "memory:\n" + yaml_text), env=env)
-    value: Any = getattr(config, key)
+    value: Any = config.value(key)
     assert (value.get_secret_value() if key == "llm_api_key" else value) == expected
 
 
@@ -130,8 +141,8 @@ def test_constructor_ignores_the_environment(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("MEMORY_SQL_MAX_FACTS", "20")
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     config = MemoryConfig()
-    assert config.max_facts == 200 and config.llm_api_key is None
-    assert MemoryConfig.from_env().max_facts == 20
+    assert config.eviction.max_facts == 200 and config.llm.api_key is None
+    assert MemoryConfig.from_env().eviction.max_facts == 20
 
 
 BAD_VALUES = [
@@ -206,7 +217,7 @@ def test_unknown_keys_are_refused(tmp_path: Path, text: str, fragment: str) -> N
     [
         ("MEMORY_SQL_MAX_FACTZ", "(did you mean MEMORY_SQL_MAX_FACTS?)"),
         ("MEMORY_SQL_DATABASE_ULR", "(did you mean MEMORY_SQL_DATABASE_URL?)"),
-        ("MEMORY_SQL_COLOUR", "known: MEMORY_SQL_ENABLED, MEMORY_SQL_DEBOUNCE_SECONDS"),
+        ("MEMORY_SQL_COLOUR", "known: MEMORY_SQL_ENABLED, MEMORY_SQL_STORAGE"),
     ],
 )
 def test_unknown_env_variable_is_refused(
@@ -239,8 +250,8 @@ def test_non_config_env_variables_are_left_alone(caplog: pytest.LogCaptureFixtur
         }
     )
     assert aliased.storage == "sqlite:///b.db"
-    assert aliased.injected_memory_max_tokens == 900
-    assert aliased.min_confidence == 0.8
+    assert aliased.recall.injected_memory_max_tokens == 900
+    assert aliased.update.min_confidence == 0.8
 
 
 @pytest.mark.parametrize(
@@ -307,11 +318,11 @@ def test_broken_pattern_file_is_refused_at_load(tmp_path: Path) -> None:
 def test_secrets_never_show() -> None:
     url = "postgresql+psycopg://app:hunter2@db.internal/memory"
     config = MemoryConfig.from_env({"OPENAI_API_KEY": SECRET, "MEMORY_SQL_STORAGE": url})
-    assert config.llm_api_key is not None and config.llm_api_key.get_secret_value() == SECRET
+    assert config.llm.api_key is not None and config.llm.api_key.get_secret_value() == SECRET
     for shown in (repr(config), str(config), str(config.redacted())):
         assert SECRET not in shown and "hunter2" not in shown
     assert "app:***@db.internal" in repr(config)
-    assert config.redacted()["llm_api_key"] == "**********"
+    assert config.redacted()["llm"]["api_key"] == "**********"
 
     with pytest.raises(ConfigError) as info:
         MemoryConfig(llm_api_key=SECRET, storage=url, max_facts=1, workers=url)
@@ -335,11 +346,11 @@ SECRET_URLS = [
 @pytest.mark.parametrize(("key", "value", "secret", "shown"), SECRET_URLS)
 def test_secret_parts_of_urls_never_show(key: str, value: str, secret: str, shown: str) -> None:
     config = MemoryConfig(**{key: value})
-    assert getattr(config, key) == value  # the setting itself is untouched
+    assert config.value(key) == value  # the setting itself is untouched
     for text in (repr(config), str(config), str(config.redacted())):
         assert secret not in text
         assert shown in text
-    assert shown in config.redacted()[key]
+    assert shown in str(config.redacted())
 
 
 @pytest.mark.parametrize(("key", "value", "secret", "shown"), SECRET_URLS)
@@ -359,4 +370,108 @@ def test_secret_parts_of_urls_never_show_in_errors(
 def test_config_is_immutable() -> None:
     config = MemoryConfig()
     with pytest.raises(ValueError, match="frozen"):
-        config.max_facts = 10  # type: ignore[misc]
+        config.eviction.max_facts = 10  # type: ignore[misc]
+
+
+# Sections -----------------------------------------------------------------------------------
+
+
+def test_nested_yaml_sections_and_flat_keys_mean_the_same(tmp_path: Path) -> None:
+    nested = write(
+        tmp_path,
+        """
+memory:
+  queue: {debounce_seconds: 5, workers: 3}
+  llm:
+    model: gpt-4o-mini
+    base_url: http://127.0.0.1:9/v1
+  recall: {guaranteed_categories: [Goal], expansion_facts: 2}
+  spool_max_conversations: 7
+""",
+    )
+    config = MemoryConfig.from_yaml(nested, env={})
+    flat = MemoryConfig(
+        debounce_seconds=5,
+        workers=3,
+        model_name="gpt-4o-mini",
+        llm_base_url="http://127.0.0.1:9/v1",
+        guaranteed_categories=["goal"],
+        recall_expansion_facts=2,
+        spool_max_conversations=7,
+    )
+    assert config == flat
+    assert config.queue.debounce_seconds == 5 and config.queue.workers == 3
+    assert config.llm.model == "gpt-4o-mini"
+    assert config.recall.guaranteed_categories == ("goal",)
+    assert config.spool.max_conversations == 7
+    assert config.value("debounce_seconds") == 5
+    assert config.value("max_injection_tokens") == 2000  # an alias
+
+
+def test_the_environment_overrides_a_nested_yaml_value(tmp_path: Path) -> None:
+    path = write(tmp_path, "memory:\n  queue: {debounce_seconds: 5, workers: 3}\n")
+    config = MemoryConfig.from_yaml(path, env={"MEMORY_SQL_DEBOUNCE_SECONDS": "9"})
+    assert config.queue.debounce_seconds == 9 and config.queue.workers == 3
+
+
+def test_openai_variables_do_not_override_a_nested_llm_key(tmp_path: Path) -> None:
+    path = write(tmp_path, "memory:\n  llm: {model: mine, api_key: sk-yaml}\n")
+    config = MemoryConfig.from_yaml(path, env={"OPENAI_MODEL": "x", "OPENAI_API_KEY": "sk-env"})
+    assert config.llm.model == "mine"
+    assert config.llm.api_key is not None and config.llm.api_key.get_secret_value() == "sk-yaml"
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        (
+            "memory:\n  debounce_seconds: 5\n  queue: {debounce_seconds: 6}\n",
+            "give either 'debounce_seconds' or queue.debounce_seconds",
+        ),
+        ("memory:\n  queue: {debounce_secondz: 5}\n", "unknown key queue.debounce_secondz"),
+        ("memory:\n  queue: {debounce_secondz: 5}\n", "(did you mean 'debounce_seconds'?)"),
+        ("memory:\n  queue: {workers: 99}\n", "queue.workers (from "),
+        ("memory:\n  queue: {workers: 99}\n", "a whole number from 1 to 32"),
+        ("memory:\n  queue: 3\n", "queue"),
+        ("memory:\n  queu: {workers: 2}\n", "(did you mean 'queue'?)"),
+    ],
+)
+def test_nested_mistakes_are_named(tmp_path: Path, text: str, fragment: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        MemoryConfig.from_yaml(write(tmp_path, text), env={})
+    assert fragment in str(info.value)
+
+
+def test_a_section_model_is_accepted_and_replace_keeps_the_rest() -> None:
+    config = MemoryConfig(queue=QueueSettings(workers=4), storage="sqlite:///x.db")
+    assert config.queue.workers == 4
+    changed = config.replace(debounce_seconds=0, max_debounce_seconds=0, model_name="m")
+    assert changed.queue.workers == 4 and changed.queue.debounce_seconds == 0
+    assert changed.llm.model == "m" and changed.storage == "sqlite:///x.db"
+    assert "storage" in changed.model_fields_set
+    with pytest.raises(ConfigError, match="workers"):
+        config.replace(workers=0)
+
+
+def test_every_flat_key_names_a_documented_field_and_every_field_has_one() -> None:
+    fields = {(name, field) for name, section in SECTIONS.items() for field in section.model_fields}
+    assert set(FLAT_KEYS.values()) == fields
+    assert len(FLAT_KEYS) == len(fields)  # one flat key each
+    assert set(MemoryConfig.model_fields) == {*flat_keys(), *SECTIONS} - set(FLAT_KEYS)
+    for key in flat_keys():
+        assert field_of(key).description, f"{key} has no description"
+
+
+def test_the_configuration_page_is_the_settings_table() -> None:
+    """docs/settings.md holds :func:`settings_table` as it is now (its generator)."""
+    page = (Path(__file__).parent.parent / "docs" / "settings.md").read_text("utf-8")
+    assert settings_table() in page
+
+
+def test_the_expansion_facts_reach_the_ranking(tmp_path: Path) -> None:
+    config = MemoryConfig(recall_expansion_facts=3, recall_expansion_weight=0.5)
+    recall = Recall(config.recall, FileStorage(tmp_path), make_token_counter(False))
+    try:
+        assert recall.weights.expansion_facts == 3 and recall.weights.expansion == 0.5
+    finally:
+        recall.close()

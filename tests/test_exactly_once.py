@@ -36,8 +36,9 @@ from test_service import chat
 from memory_sql import MemoryConfig
 from memory_sql.database import create_engine
 from memory_sql.schema import memory_pending_updates as pending
-from memory_sql.service import QUEUE_FILE, MemoryService
+from memory_sql.service import MemoryService
 from memory_sql.storage import open_storage
+from memory_sql.storage.configured import QUEUE_FILE
 
 pytestmark = pytest.mark.slow
 

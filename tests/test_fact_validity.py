@@ -491,7 +491,7 @@ def test_validity_days_are_bounded_defaulted_and_confirmations_counted(store, ll
     assert rust.confirmation_count == 1 and rust.confirmed_at is not None  # said again: once
     from memory_sql.update.review import valid_days
 
-    assert valid_days(rust, config) == config.staleness_category_days["knowledge"]
+    assert valid_days(rust, config) == config.staleness.category_days["knowledge"]
 
 
 def test_a_replacing_fact_supersedes_and_near_duplicates_merge(store, llm):

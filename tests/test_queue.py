@@ -9,6 +9,7 @@ import pytest
 import sqlalchemy as sa
 from conftest import assert_no_checked_out_connections
 
+from memory_sql.config import QueueSettings
 from memory_sql.database import create_engine
 from memory_sql.errors import LeaseLostError
 from memory_sql.intake.messages import Message
@@ -39,7 +40,8 @@ def make_queue(engine, **settings) -> UpdateQueue:
         "max_attempts": 3,
         "retry_backoff_seconds": 10,
     }
-    return UpdateQueue(engine, **(defaults | settings))
+    owner = settings.pop("owner", None)
+    return UpdateQueue(engine, QueueSettings(**(defaults | settings)), owner=owner)
 
 
 def conversation(text: str) -> list[Message]:
@@ -422,7 +424,8 @@ class _SlowClaims(UpdateQueue):
     """A real queue whose claims take a while, so that a stop can land in the middle of one."""
 
     def __init__(self, engine, claiming: threading.Event, **settings) -> None:
-        super().__init__(engine, **settings)
+        owner = settings.pop("owner", None)
+        super().__init__(engine, QueueSettings(**settings), owner=owner)
         self.claiming = claiming
 
     def claim(self, limit, *, now=None):

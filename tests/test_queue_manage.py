@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from memory_sql import MemoryConfig, MemoryService, UpdateKey, UpdateNotFoundError
 from memory_sql.cli import app
+from memory_sql.config import QueueSettings
 from memory_sql.database import create_engine
 from memory_sql.intake.messages import Message
 from memory_sql.intake.signals import Signals
@@ -64,7 +65,9 @@ def engine(url):
 
 
 def make_queue(engine) -> UpdateQueue:
-    return UpdateQueue(engine, debounce_seconds=30, max_attempts=1, retry_backoff_seconds=10)
+    return UpdateQueue(
+        engine, QueueSettings(debounce_seconds=30, max_attempts=1, retry_backoff_seconds=10)
+    )
 
 
 def failed(queue: UpdateQueue, scope: Scope, thread: str, *, kind: str = "flush") -> None:

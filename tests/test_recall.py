@@ -155,7 +155,7 @@ def test_the_index_follows_every_change(storage, scope):
     """Insert, reword, move to another memory by forgetting, delete: the index answers as the
     table does, on every backend."""
     config = MemoryConfig(max_facts=10_000, recall_expansion_weight=0)
-    recall = Recall(config, storage, make_token_counter(False))
+    recall = Recall(config.recall, storage, make_token_counter(False))
     try:
         ranked = recall.ranking
         checked = Scope.of(**scope)

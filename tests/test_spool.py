@@ -17,6 +17,7 @@ from llm_server import llm_config
 from test_service import chat
 
 from memory_sql import MemoryService, SpoolFullError, migrations
+from memory_sql.config import QueueSettings
 from memory_sql.database import create_engine
 from memory_sql.intake.messages import Message
 from memory_sql.intake.signals import Signals
@@ -221,7 +222,7 @@ def test_add_many_leaves_the_queue_as_the_same_adds_one_by_one(backend, tmp_path
         else:
             engine = create_engine(request.getfixturevalue("new_pg_database")())
         migrations.upgrade(engine)
-        queue = UpdateQueue(engine, debounce_seconds=5)
+        queue = UpdateQueue(engine, QueueSettings(debounce_seconds=5))
         earlier = Enqueued(scoped("c"), "t9", turn("zero"), Signals(correction=True))
         queue.add(earlier.scope, earlier.thread_id, earlier.messages, earlier.signals, now=now)
         if batched:

@@ -82,15 +82,15 @@ def test_a_local_encoding_file_counts_like_the_offline_package(tmp_path, monkeyp
 
 
 def test_an_encoding_file_may_be_a_path_object(tmp_path, monkeypatch, caplog):
-    # MemoryConfig.tiktoken_encoding_file is a pathlib.Path, passed on as it is.
+    # MemoryConfig.tokens.encoding_file is a pathlib.Path, passed on as it is.
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "cache"))
     path = tmp_path / "from-config" / "cl100k_base.tiktoken"
     path.parent.mkdir()
     shutil.copyfile(BUNDLED_FILE, path)
     config = MemoryConfig(tiktoken_encoding_file=path)
-    assert isinstance(config.tiktoken_encoding_file, Path)
+    assert isinstance(config.tokens.encoding_file, Path)
     with caplog.at_level(logging.WARNING, logger="memory_sql.tokens"):
-        counter = make_token_counter(config.token_counting, config.tiktoken_encoding_file)
+        counter = make_token_counter(config.tokens.counting, config.tokens.encoding_file)
     assert not caplog.records
     assert counter.name == "tiktoken:cl100k_base"
     assert counter.count("Prefers pnpm; 喜欢简洁") == make_token_counter().count(

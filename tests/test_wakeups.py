@@ -19,6 +19,7 @@ from test_service import chat, learn
 from worker_process import WorkerProcess
 
 from memory_sql import MemoryConfig, migrations
+from memory_sql.config import QueueSettings
 from memory_sql.database import create_engine
 from memory_sql.intake.messages import Message
 from memory_sql.intake.signals import Signals
@@ -235,7 +236,7 @@ def test_the_trigger_notifies_rows_made_claimable_or_due_sooner_only(own_pg_url)
     listener.start()
     try:
         assert connected.wait(10)
-        queue = UpdateQueue(engine, debounce_seconds=30)
+        queue = UpdateQueue(engine, QueueSettings(debounce_seconds=30))
         due = queue.add(Scope.of(user_id="u1"), "t1", TURN, Signals())
         wait_for(lambda: got, 5, "no notification for a queued conversation")
         assert abs((got[0] - due).total_seconds()) < 1e-3
@@ -323,7 +324,7 @@ def test_a_wake_up_whose_time_passed_does_not_hold_back_later_ones(sqlite_url):
     from memory_sql.queue import RunOutcome, UpdateWorker
 
     engine = create_engine(sqlite_url)
-    queue = UpdateQueue(engine, debounce_seconds=0)
+    queue = UpdateQueue(engine, QueueSettings(debounce_seconds=0))
     ran = threading.Event()
     worker = UpdateWorker(queue, lambda item: ran.set() or RunOutcome(True), sweep_interval=SWEEP)
     worker.start()

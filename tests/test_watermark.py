@@ -48,7 +48,7 @@ def _service(llm: ScriptedLLM, url: str, *, watermark: bool = True) -> MemorySer
         )
     )
     if not watermark:
-        service._has_watermarks = False  # the baseline: every update sends it all
+        service.update_run.has_watermarks = False  # the baseline: every update sends it all
     return service
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar, cast
 
 import typer
 import typer.core
@@ -33,16 +33,17 @@ class _Conventions:
     flag (``--json``, not ``--json <bool>``), and help text that is wrapped, never cut short
     with ``…`` (a URL or a variable name longer than its column is folded whole)."""
 
+    # A mixin: super() is the click command or group it is mixed into (Any to mypy).
     def format_help(self, ctx: Any, formatter: Any) -> None:
         with _folding_help():
-            super().format_help(ctx, formatter)  # type: ignore[misc]
+            cast(Any, super()).format_help(ctx, formatter)
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
-        pieces: list[str] = super().collect_usage_pieces(ctx)  # type: ignore[misc]
+        pieces: list[str] = cast(Any, super()).collect_usage_pieces(ctx)
         return [_usage_piece(piece) for piece in pieces]
 
     def get_params(self, ctx: Any) -> list[Any]:
-        params: list[Any] = super().get_params(ctx)  # type: ignore[misc]
+        params: list[Any] = cast(Any, super()).get_params(ctx)
         for param in params:
             if getattr(param, "is_flag", False) and param.metavar is None:
                 param.metavar = ""
@@ -72,11 +73,12 @@ def _folding_help() -> Iterator[None]:
     if getattr(rich_utils, "Columns", None) is not Columns:  # a Typer that draws it otherwise
         yield
         return
-    rich_utils.Columns = _FoldingColumns  # type: ignore[misc]
+    # typer's rich_utils imports rich's Columns without re-exporting it; this replaces it.
+    rich_utils.Columns = _FoldingColumns  # type: ignore[attr-defined]
     try:
         yield
     finally:
-        rich_utils.Columns = Columns  # type: ignore[misc]
+        rich_utils.Columns = Columns  # type: ignore[attr-defined]  # as above
 
 
 def _usage_piece(piece: str) -> str:
@@ -210,7 +212,8 @@ def _follow_terminal_width() -> None:
     columns = os.environ.get("COLUMNS", "").strip()
     width = int(columns) if columns.isdigit() and int(columns) > 0 else None
     for console in (out, err):
-        console.width = width  # type: ignore[assignment]  (None: the terminal's own)
+        # rich's setter is typed int but takes None: the terminal's own width again.
+        console.width = width  # type: ignore[assignment]
         # To a file or a pipe, lines are never broken (tables still fit the width).
         console.soft_wrap = not console.is_terminal
 
@@ -264,7 +267,7 @@ def read_config(config: Path | None, url: str | None = None) -> MemoryConfig:
     """
     loaded = MemoryConfig.from_yaml(config) if config is not None else MemoryConfig.from_env()
     if url is not None:
-        loaded = loaded.model_copy(update={"storage": url})
+        loaded = loaded.replace(storage=url)
     return loaded
 
 

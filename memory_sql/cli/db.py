@@ -183,7 +183,7 @@ def db_purge(
     """
     days = older_than_days
     if days is None:
-        days = read_config(config, url).closed_fact_retention_days
+        days = read_config(config, url).retention.closed_fact_days
         if days == 0:
             raise MemorySQLError(
                 "give --older-than-days (closed_fact_retention_days is 0: keep closed facts)"

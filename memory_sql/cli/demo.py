@@ -26,7 +26,7 @@ from ..demo.replay import MODEL, ReplayLLM, load_recordings
 from ..driver_errors import DATABASE_ERRORS
 from ..errors import MemorySQLError
 from ..models import MemoryDocument
-from ..scope import Scope
+from ..scope import Scope, ScopeArguments
 from ..service import MemoryService
 from ..update.prompt import SECTION_KEYS
 from ..update.rejections import describe
@@ -95,8 +95,8 @@ def demo(
         memory-sql demo --serve --port 8080
     """
     path = _fresh_sqlite_file(url)
-    settings = load_config(config).model_copy(
-        update={
+    settings = load_config(config).replace(
+        **{
             "storage": url,
             "storage_class": None,
             "debounce_seconds": 0.0,
@@ -113,8 +113,8 @@ def demo(
     with ExitStack() as stack:
         if serve or replay or not _llm_configured(settings):
             server = stack.enter_context(ReplayLLM(load_recordings()))
-            settings = settings.model_copy(
-                update={
+            settings = settings.replace(
+                **{
                     "model_name": MODEL,
                     "llm_base_url": server.base_url,
                     "llm_api_key": SecretStr("not-needed"),
@@ -135,9 +135,9 @@ def demo(
                 highlight=False,
             )
         else:
-            where = redacted(settings.llm_base_url or "https://api.openai.com/v1")
+            where = redacted(settings.llm.base_url or "https://api.openai.com/v1")
             out.print(
-                f"LLM: model {lit(settings.model_name)} at {lit(where)}",
+                f"LLM: model {lit(settings.llm.model)} at {lit(where)}",
                 highlight=False,
                 soft_wrap=True,
             )
@@ -209,7 +209,8 @@ def _serve(path: Path, settings: MemoryConfig, *, host: str, port: int, with_wor
         bodies.append((sample, file))
     config = path.with_suffix(".yaml")
     written = settings.model_dump(mode="json", exclude_defaults=True)
-    written.update(storage=f"sqlite:///{path}", llm_api_key="not-needed")  # the replay's
+    written["storage"] = f"sqlite:///{path}"
+    written.setdefault("llm", {})["api_key"] = "not-needed"  # the replay's
     config.write_text(json.dumps({"memory": written}, indent=2), encoding="utf-8")
     base = f"http://{host}:{port}"
     first = bodies[0][0]
@@ -293,7 +294,7 @@ def _check_is_demo(url: str, path: Path) -> None:
 def _llm_configured(settings: MemoryConfig) -> bool:
     """A model, and somewhere to send it: a base URL, or an API key for OpenAI's own API.
     (from_env / from_yaml already folded OPENAI_* into the settings.)"""
-    return bool(settings.model_name) and bool(settings.llm_base_url or settings.llm_api_key)
+    return bool(settings.llm.model) and bool(settings.llm.base_url or settings.llm.api_key)
 
 
 def _feed(
@@ -303,7 +304,11 @@ def _feed(
     total: int,
     settings: MemoryConfig,
 ) -> None:
-    scope = {"user_id": sample.user_id, "agent_name": sample.agent_name}
+    scope: ScopeArguments = {
+        "user_id": sample.user_id,
+        "agent_name": sample.agent_name,
+        "tenant_id": None,
+    }
     kept = service.take_conversation(sample.messages)
     found = kept.signals
     signals = [name for name in ("correction", "reinforcement") if getattr(found, name)]
@@ -318,11 +323,11 @@ def _feed(
     refused_before = service.rejections()
     if not service.queue_kept(kept, thread_id=sample.thread_id, **scope):
         raise MemorySQLError(f"the sample conversation {sample.id!r} could not be queued")
-    timeout = (settings.llm_max_retries + 1) * settings.llm_timeout_seconds + 10
+    timeout = (settings.llm.max_retries + 1) * settings.llm.timeout_seconds + 10
     service.flush(timeout=timeout)
     left = leftover_updates(service, [(Scope.of(**scope), sample.thread_id)])
     if left:
-        hint = "" if settings.model_name == MODEL else " (try --replay)"
+        hint = "" if settings.llm.model == MODEL else " (try --replay)"
         raise MemorySQLError(f"the update failed: {left[0]}{hint}")
     after = service.storage.load(**scope)
     _print_changes(before, after)
@@ -365,7 +370,11 @@ def _print_changes(before: MemoryDocument, after: MemoryDocument) -> None:
 
 
 def _show(service: MemoryService, sample: SampleConversation) -> None:
-    scope = {"user_id": sample.user_id, "agent_name": sample.agent_name}
+    scope: ScopeArguments = {
+        "user_id": sample.user_id,
+        "agent_name": sample.agent_name,
+        "tenant_id": None,
+    }
     doc = service.storage.load(**scope)
     facts = Table(
         title=f"Facts of {lit(Scope.of(**scope))} (version {doc.version})", title_justify="left"

@@ -65,7 +65,7 @@ def check(config: ConfigOption = None) -> None:
         )
         raise typer.Exit(1)
     out.print(f"structured output: {_MODES[last.format]}", highlight=False, soft_wrap=True)
-    configured = settings.llm_structured_output if settings.llm_json_mode else "off"
+    configured = settings.llm.structured_output if settings.llm.json_mode else "off"
     out.print(f"llm_structured_output is {configured}", highlight=False)
     if last.format == "none":
         raise typer.Exit(NO_STRUCTURED_OUTPUT)

@@ -122,7 +122,7 @@ def ingest(
         memory-sql ingest conversations.jsonl --user alice --no-wait
     """
     # A short-lived command reports what it could not queue rather than spooling it.
-    settings = load_config(config, url).model_copy(update={"spool_max_conversations": 0})
+    settings = load_config(config, url).replace(spool_max_conversations=0)
     if not settings.enabled:
         raise MemorySQLError("memory is disabled in the config (enabled: false); not queued")
     many = file.is_dir() or file.suffix.lower() == ".jsonl"
@@ -505,7 +505,7 @@ def worker(
     """
     settings = load_config(config, url)
     if workers is not None:
-        settings = settings.model_copy(update={"workers": workers})  # range checked above
+        settings = settings.replace(workers=workers)  # range checked above
     metrics = _metrics() if metrics_port else None
     stop = threading.Event()
     received: list[str] = []
@@ -530,7 +530,7 @@ def worker(
                 first = _status(service, outage)
                 out.print(
                     f"worker started: database {lit(redacted(settings.storage))}, "
-                    f"{plural(settings.workers, 'thread')}; {_status_line(first)}",
+                    f"{plural(settings.queue.workers, 'thread')}; {_status_line(first)}",
                     highlight=False,
                 )
                 last = first
@@ -558,9 +558,9 @@ def worker(
     took = time.monotonic() - started
     if not finished:
         err.print(
-            f"[yellow]{plural(left['in_flight'], 'update')} still running after "
+            f"[yellow]{plural(left['in_flight'] or 0, 'update')} still running after "
             f"{shutdown_timeout:g} s were abandoned; their rows run again when the lease "
-            f"expires ({settings.lease_seconds:g} s)[/yellow]"
+            f"expires ({settings.queue.lease_seconds:g} s)[/yellow]"
         )
     pending = left["pending"]
     waiting = "unknown (database unavailable)" if pending is None else plural(pending, "update")

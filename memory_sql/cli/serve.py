@@ -87,12 +87,13 @@ def serve(
             log_level=log_level.lower(),
             access_log=False,  # the service logs each request itself, with its id
             log_config=None,
-            http=guarded_protocol(settings.server_header_timeout_seconds),
-            timeout_keep_alive=settings.server_keep_alive_seconds,  # type: ignore[arg-type]
+            http=guarded_protocol(settings.server.header_timeout_seconds),
+            # uvicorn types it int, but uses it as asyncio's float delay.
+            timeout_keep_alive=settings.server.keep_alive_seconds,  # type: ignore[arg-type]
             # uvicorn refuses a request once its connections, the request's own counted, reach
             # limit_concurrency: + 1 serves server_max_connections connections, 503 past them.
-            limit_concurrency=settings.server_max_connections + 1,
-            h11_max_incomplete_event_size=settings.server_max_header_bytes,
+            limit_concurrency=settings.server.max_connections + 1,
+            h11_max_incomplete_event_size=settings.server.max_header_bytes,
             timeout_graceful_shutdown=30,
         )
 

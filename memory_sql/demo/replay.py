@@ -4,7 +4,7 @@
 ``openai`` client at this server::
 
     with ReplayLLM(load_recordings()) as replay:
-        config = config.model_copy(update={"llm_base_url": replay.base_url, ...})
+        config = config.replace(llm_base_url=replay.base_url, ...)
 
 Each request is matched to a recording by what it asks about, never by arrival order: the
 recording whose ``match`` phrase occurs in the ``<conversation>`` part of the prompt (the
@@ -79,7 +79,7 @@ class ReplayLLM:
             target=self._server.serve_forever, args=(0.05,), name="replay-llm", daemon=True
         )
         self._thread.start()
-        host, port = self._server.server_address[:2]
+        host, port = str(self._server.server_address[0]), self._server.server_address[1]
         self.base_url = f"http://{host}:{port}/v1"
 
     def answer(self, body: Mapping[str, Any]) -> tuple[int, dict[str, Any]]:

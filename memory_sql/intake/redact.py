@@ -474,9 +474,9 @@ def redactor_of(config: MemoryConfig) -> Redactor:
     """The redactor ``config``'s settings describe (``redaction``, ``redaction_patterns``,
     ``redaction_allow``), compiled once per distinct settings."""
     return redactor_for(
-        config.redaction == "on",
-        tuple(config.redaction_patterns.items()),
-        tuple(config.redaction_allow),
+        config.safety.redaction == "on",
+        tuple(config.safety.patterns.items()),
+        tuple(config.safety.allow),
     )
 
 

@@ -403,7 +403,10 @@ class MemoryContextMiddleware(AgentMiddleware[MemoryContextState, Any]):
                 return request
             if not hasattr(request, "system_message"):  # langchain 1.0: a plain string
                 base = request.system_prompt
-                return request.override(system_prompt=f"{base}\n\n{block}" if base else block)
+                text = f"{base}\n\n{block}" if base else block
+                # langchain 1.0's override takes system_prompt; the installed one's stubs
+                # (a later version) name system_message only.
+                return request.override(system_prompt=text)  # type: ignore[call-arg]
             return request.override(system_message=_with_block(request.system_message, block))
         except Exception:
             logger.exception("memory: adding the memory to the system prompt failed")
@@ -523,7 +526,7 @@ class MemorySummarizationMiddleware(SummarizationMiddleware):
         update = super().before_model(state, runtime)
         try:
             dropped = _dropped(state, update)
-            if dropped:
+            if dropped and update is not None:
                 _mark_summaries(state, update)
                 _flush(self.service, dropped, self._ids.read(runtime))
         except Exception:
@@ -536,7 +539,7 @@ class MemorySummarizationMiddleware(SummarizationMiddleware):
         update = await super().abefore_model(state, runtime)
         try:
             dropped = _dropped(state, update)
-            if dropped:
+            if dropped and update is not None:
                 _mark_summaries(state, update)
                 ids = self._ids.read(runtime)
                 await asyncio.to_thread(_flush, self.service, dropped, ids)

@@ -192,7 +192,7 @@ class LocalMemory:
         immediate: bool,
     ) -> Queued:
         scope = self._scope(user_id, agent_name)
-        kept = checked_messages(messages, self.service.config)
+        kept = checked_messages(messages, self.service.config.server)
         with self._acting():
             answer = queue_checked(
                 self.service,

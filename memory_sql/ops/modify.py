@@ -32,11 +32,7 @@ def modify(
     """Load, ``change`` in place, save with the version loaded; retried on a version conflict,
     unless ``expected_version`` is given: then the memory must be at it, and a conflict is
     raised at once. Returns the version saved (the one loaded when nothing changed)."""
-    kwargs = {
-        "user_id": scope.user_id,
-        "agent_name": scope.agent_name,
-        "tenant_id": scope.tenant_id,
-    }
+    kwargs = scope.arguments()
     attempts = SAVE_ATTEMPTS if expected_version is None else 1
     for attempt in range(1, attempts + 1):
         doc = storage.load(**kwargs)

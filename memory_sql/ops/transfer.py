@@ -21,7 +21,7 @@ fields of an export are the database's, not the imported file's.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -152,7 +152,9 @@ def read_jsonl(
         ImportFileError: the first malformed line (bad JSON or UTF-8, a missing or unknown key,
             an invalid scope, an invalid memory, a scope already given on an earlier line).
     """
-    lines = content.split(b"\n" if isinstance(content, bytes) else "\n")
+    lines: Sequence[bytes | str] = (
+        content.split(b"\n") if isinstance(content, bytes) else content.split("\n")
+    )
     memories: list[ScopedMemory] = []
     first_line: dict[Scope, int] = {}
     for number, raw in enumerate(lines, start=1):

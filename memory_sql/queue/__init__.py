@@ -13,5 +13,6 @@ from .pending import PendingUpdate as PendingUpdate
 from .pending import UpdateQueue as UpdateQueue
 from .pending import make_owner as make_owner
 from .spool import Spool as Spool
+from .spool import spool_directory as spool_directory
 from .worker import RunOutcome as RunOutcome
 from .worker import UpdateWorker as UpdateWorker

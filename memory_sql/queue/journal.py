@@ -34,6 +34,7 @@ from .pending import Enqueued
 try:
     import fcntl
 except ImportError:  # pragma: no cover - not POSIX: one process per spool directory
+    # typeshed types fcntl as always there; here it is not (checked before each use).
     fcntl = None  # type: ignore[assignment]
 
 _SCHEMA = """

@@ -55,6 +55,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from ..config import QueueSettings
 from ..database import database_errors, reconnecting
 from ..errors import LeaseLostError, StorageError
 from ..intake.messages import Message
@@ -125,25 +126,20 @@ class UpdateQueue:
     def __init__(
         self,
         engine: Engine,
+        settings: QueueSettings | None = None,
         *,
-        debounce_seconds: float = 30.0,
-        max_debounce_seconds: float = 300.0,
-        lease_seconds: float = 300.0,
-        max_attempts: int = 5,
-        retry_backoff_seconds: float = 30.0,
         owner: str | None = None,
-        max_row_messages: int = 500,
-        max_row_bytes: int = 512 * 1024,
     ) -> None:
+        settings = settings if settings is not None else QueueSettings()
         self.engine = engine
-        self.debounce = timedelta(seconds=debounce_seconds)
-        self.max_wait = timedelta(seconds=max(max_debounce_seconds, debounce_seconds))
-        self.lease = timedelta(seconds=lease_seconds)
-        self.max_attempts = max_attempts
-        self.backoff_seconds = retry_backoff_seconds
+        self.debounce = timedelta(seconds=settings.debounce_seconds)
+        self.max_wait = timedelta(seconds=settings.max_debounce_seconds)
+        self.lease = timedelta(seconds=settings.lease_seconds)
+        self.max_attempts = settings.max_attempts
+        self.backoff_seconds = settings.retry_backoff_seconds
         self.owner = owner or make_owner()
-        self.max_row_messages = max_row_messages
-        self.max_row_bytes = max_row_bytes
+        self.max_row_messages = settings.max_row_messages
+        self.max_row_bytes = settings.max_row_bytes
         self.trimmed_messages = 0
         """Messages cut from rows over the caps since start (oldest first)."""
         self._trim_lock = threading.Lock()
@@ -579,6 +575,7 @@ class UpdateQueue:
                 "last_error": error,
             }
             if row.generation != item.generation:
+                values: dict[str, Any]
                 outcome, values = "superseded", {"attempts": 0}
                 if item.kind == "flush":  # the failed run's messages are in no other row
                     unrun = [m.to_dict() for m in item.messages] + json.loads(row.messages)

@@ -35,7 +35,9 @@ dies is written again by the next owner: the queue merges it as the same convers
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -44,6 +46,7 @@ from datetime import datetime
 from pathlib import Path
 
 import sqlalchemy as sa
+from sqlalchemy.engine import URL
 
 from ..database import OutageLog
 from ..errors import SpoolFullError, StorageError
@@ -427,6 +430,20 @@ class Spool:
                     self.write()
                 except Exception:  # the loop must outlive any one failure
                     logger.exception("memory_sql spool: unexpected error while writing")
+
+
+def spool_directory(configured: Path | None, url: URL) -> Path:
+    """Where the spool files of the queue at ``url`` go: ``configured`` (``spool_dir``), else
+    next to a SQLite file, else a folder of the user's state directory named by a digest of the
+    URL (so the processes of one database share it)."""
+    if configured is not None:
+        return Path(configured)
+    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        return Path(f"{url.database}.spool")
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    name = url.render_as_string(hide_password=True)
+    digest = hashlib.sha256(name.encode()).hexdigest()[:16]
+    return Path(state) / "memory_sql" / "spool" / digest
 
 
 def _unreachable(exc: StorageError) -> bool:

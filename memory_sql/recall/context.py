@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from datetime import date
 from typing import Any
 
-from ..config import MemoryConfig
+from ..config import RecallSettings
 from ..models import MemoryDocument
 from ..scope import Scope
 from ..storage import MemoryStorage
@@ -28,23 +28,27 @@ Query = str | Iterable[Any]
 
 
 class Recall:
-    """Renders memories for prompts with one config's budgets and weights; shown facts' heat
-    goes to ``storage`` in the background. Safe to share between threads."""
+    """Renders memories for prompts with the budgets and weights of ``settings`` (the config's
+    ``recall`` section); shown facts' heat goes to ``storage`` in the background. Safe to share
+    between threads."""
 
-    def __init__(self, config: MemoryConfig, storage: MemoryStorage, counter: TokenCounter) -> None:
-        self.config = config
+    def __init__(
+        self, settings: RecallSettings, storage: MemoryStorage, counter: TokenCounter
+    ) -> None:
+        self.settings = settings
         self.storage = storage
         self.counter = counter
         self.weights = RankingWeights(
-            relevance=config.recall_relevance_weight,
-            confidence=config.recall_confidence_weight,
-            recency=config.recall_recency_weight,
-            recency_half_life_days=config.recall_recency_half_life_days,
-            duplicate_overlap=config.recall_duplicate_overlap,
-            candidates=config.recall_candidates,
-            expansion=config.recall_expansion_weight,
+            relevance=settings.relevance_weight,
+            confidence=settings.confidence_weight,
+            recency=settings.recency_weight,
+            recency_half_life_days=settings.recency_half_life_days,
+            duplicate_overlap=settings.duplicate_overlap,
+            candidates=settings.candidates,
+            expansion=settings.expansion_weight,
+            expansion_facts=settings.expansion_facts,
         )
-        self.heat = AccessHeat(storage, config.access_heat_flush_seconds)
+        self.heat = AccessHeat(storage, settings.heat_flush_seconds)
 
     def ranking(self, doc: MemoryDocument, scope: Scope, query: Query) -> list[str]:
         """The ids of ``doc``'s facts that match ``query``, best first (empty: none match).
@@ -72,7 +76,7 @@ class Recall:
         return rank_facts(lines.facts_by_id, matches, self.weights, terms=lines.terms)
 
     def _lines(self, doc: MemoryDocument) -> FactLines:
-        return fact_lines(doc, self.config.guaranteed_categories, self.counter)
+        return fact_lines(doc, self.settings.guaranteed_categories, self.counter)
 
     def render(
         self,
@@ -94,12 +98,12 @@ class Recall:
         lines = self._lines(doc)
         if query is not None:
             ranking = self._ranking(doc, scope, query, lines)
-        config = self.config
+        settings = self.settings
         formatted = format_memory(
             doc,
-            config.injected_memory_max_tokens,
-            config.guaranteed_categories,
-            config.guaranteed_token_budget,
+            settings.injected_memory_max_tokens,
+            settings.guaranteed_categories,
+            settings.guaranteed_token_budget,
             self.counter,
             ranking=ranking,
             lines=lines,

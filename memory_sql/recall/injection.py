@@ -366,7 +366,7 @@ class _Formatter:
         objects: loads of an unchanged memory share them)."""
         facts = memory.facts
         key = (self.name, guaranteed, len(facts), id(facts[0]) if facts else 0)
-        known = _PREPARED.get(key)
+        known: FactLines | None = _PREPARED.get(key)
         if known is not None and all(map(operator.is_, known.facts, facts)):
             return known
         by_confidence = sorted(facts, key=lambda f: -f.confidence)
@@ -402,7 +402,7 @@ class _Formatter:
         if not text:
             return 0
         key = (self.name, text)
-        count = self.cache.get(key)
+        count: int | None = self.cache.get(key)
         if count is None:
             count = self.counter.count(text)
             self.cache.put(key, count, len(text))

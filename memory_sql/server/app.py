@@ -63,9 +63,9 @@ def create_app(config: MemoryConfig | None = None, *, with_worker: bool = True) 
     app.state.request_log = RequestLog()
     app.add_middleware(
         RequestMiddleware,
-        max_body_bytes=config.server_max_body_bytes,
+        max_body_bytes=config.server.max_body_bytes,
         metrics=metrics,
-        body_timeout=config.server_body_timeout_seconds,
+        body_timeout=config.server.body_timeout_seconds,
         request_log=app.state.request_log,
     )
     for module in (operations, conversations, memory, facts, queue, reports):

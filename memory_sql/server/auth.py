@@ -10,7 +10,7 @@ another tenant 403.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Annotated
@@ -91,7 +91,7 @@ def identify(request: Request, keys: KeyChecker, token: str, named: str | None) 
     return Caller(key, tenant)
 
 
-def require(role: str) -> Callable[..., Caller]:
+def require(role: str) -> Callable[..., Awaitable[Caller]]:
     """A dependency giving the :class:`Caller`, whose key must allow ``role``."""
 
     async def dependency(caller: Annotated[Caller, Depends(_authenticate)]) -> Caller:

@@ -96,7 +96,7 @@ def error_response(
 
 # (exception class, status, code), the first match wins: subclasses before their bases. The
 # database's own errors are not among them: see _storage_error.
-_LIBRARY_ERRORS: tuple[tuple[type[BaseException], int, str], ...] = (
+_LIBRARY_ERRORS: tuple[tuple[type[Exception], int, str], ...] = (
     (VersionConflictError, 409, "version_conflict"),
     (DuplicateFactError, 409, "duplicate_fact"),
     (InstructionFactError, 422, "instruction"),
@@ -149,7 +149,9 @@ def install(app: FastAPI) -> None:
         code = {404: "not_found", 405: "method_not_allowed", 408: "timeout", 413: "too_large"}.get(
             exc.status_code, "http_error"
         )
-        return error_response(exc.status_code, code, str(exc.detail), exc.headers)
+        return error_response(
+            exc.status_code, code, str(exc.detail), dict(exc.headers) if exc.headers else None
+        )
 
     for cls, status, code in _LIBRARY_ERRORS:
         app.add_exception_handler(cls, _library_handler(status, code))

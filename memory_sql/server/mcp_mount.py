@@ -20,8 +20,10 @@ import anyio.to_thread
 from anyio.abc import TaskGroup
 from starlette.types import Receive, Scope, Send
 
-from ..mcp import HTTP_PATH as PATH
+from ..mcp import HTTP_PATH
 from .state import ServerState
+
+PATH = HTTP_PATH
 
 logger = logging.getLogger("memory_sql.server")
 

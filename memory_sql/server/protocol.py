@@ -30,6 +30,7 @@ def guarded_protocol(header_timeout: float) -> type[asyncio.Protocol]:
             super().__init__(*args, **kwargs)
             self._head_deadline: asyncio.TimerHandle | None = None
 
+        # uvicorn's stubs widen it to BaseTransport; a TCP connection gives a Transport.
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             self._arm()

@@ -92,7 +92,7 @@ def _ready_engine(config: MemoryConfig) -> Engine:
             key="storage",
         )
     engine = create_engine(
-        config.storage, tenant_default=NO_TENANT, pool_size=max(10, config.workers + 8)
+        config.storage, tenant_default=NO_TENANT, pool_size=max(10, config.queue.workers + 8)
     )
     try:
         migrations.prepare_schema(engine, auto_migrate=config.auto_migrate)
@@ -115,7 +115,8 @@ def _warn_if_row_security_is_bypassed(engine: Engine) -> None:
 
 
 async def _state(request: Request) -> ServerState:
-    return request.app.state.memory
+    state: ServerState = request.app.state.memory
+    return state
 
 
 State = Annotated[ServerState, Depends(_state)]

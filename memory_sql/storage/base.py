@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import compress, islice
@@ -422,8 +422,9 @@ def _all_after(facts: list[Fact], later: list[Fact]) -> bool:
     return (last.created_at, last.id) < (first.created_at, first.id)
 
 
-_FACT_ORDER = attrgetter("created_at", "id")
+def _fact_order(fact: Fact) -> tuple[datetime, str]:
+    return (fact.created_at, fact.id)
 
 
-def sort_facts(facts: object) -> list[Fact]:
-    return sorted(facts, key=_FACT_ORDER)  # type: ignore[call-overload]
+def sort_facts(facts: Iterable[Fact]) -> list[Fact]:
+    return sorted(facts, key=_fact_order)

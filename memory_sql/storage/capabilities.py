@@ -77,7 +77,7 @@ def require(
         CapabilityMissingError: ``storage`` lacks ``capability`` (``needed_by`` says who
             asked).
     """
-    engine = getattr(storage, "engine", None)
+    engine: Engine | None = getattr(storage, "engine", None)
     if capability not in storage.capabilities or engine is None:
         raise CapabilityMissingError(capability.value, type(storage).__name__, needed_by)
     return engine

@@ -20,12 +20,13 @@ import hashlib
 import re
 import weakref
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 from urllib.parse import unquote, urlsplit
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.engine.default import DefaultDialect
 
 from ..scope import Scope
 
@@ -80,7 +81,9 @@ class SQLDialect:
             index_elements=[table.c[name] for name in keys], set_=dict(set_)
         )
 
-    def lock_rows(self, query: sa.Select[Any], *, of: Any = None, skip_locked: bool = False) -> Any:
+    def lock_rows(
+        self, query: sa.Select[Any], *, of: Any = None, skip_locked: bool = False
+    ) -> sa.Select[Any]:
         """``query`` locking the rows it reads until the transaction ends (no-op where the
         whole database is locked by the write transaction already)."""
         return query
@@ -105,7 +108,7 @@ class SQLDialect:
 
     def search_condition(
         self, engine: Engine, terms: list[str]
-    ) -> tuple[sa.ColumnElement, sa.ColumnElement]:
+    ) -> tuple[sa.ColumnElement[Any], sa.ColumnElement[Any]]:
         """A condition on ``memory_facts`` true for facts holding every term (each also as a
         prefix), and a relevance to order by (higher is better)."""
         raise NotImplementedError
@@ -126,7 +129,7 @@ class SQLite(SQLDialect):
     _insert = staticmethod(sqlite.insert)
 
     def driver_paramstyle(self, dialect: sa.Dialect) -> sa.Dialect:
-        return type(dialect)(paramstyle="named")
+        return cast("type[DefaultDialect]", type(dialect))(paramstyle="named")
 
     # The best rows first, by the index alone (its scope term keeps it to the memory's live
     # facts: a closed fact's term differs, revision 0015); then their facts, the scope checked
@@ -155,14 +158,14 @@ ORDER BY h.score, f.fact_id"""
 
     def search_condition(
         self, engine: Engine, terms: list[str]
-    ) -> tuple[sa.ColumnElement, sa.ColumnElement]:
+    ) -> tuple[sa.ColumnElement[Any], sa.ColumnElement[Any]]:
         match = "search_text : (" + " AND ".join(_quoted_phrase(t) + " *" for t in terms) + ")"
         fts = sa.text(
             "SELECT rowid, bm25(memory_facts_fts, 1.0, 0.0) AS rank FROM memory_facts_fts "
             "WHERE memory_facts_fts MATCH :search_match"
         ).bindparams(search_match=match)
         hits = fts.columns(sa.column("rowid", sa.Integer), sa.column("rank", sa.Float)).subquery()
-        rowid = sa.literal_column("memory_facts.rowid")
+        rowid: sa.ColumnElement[Any] = sa.literal_column("memory_facts.rowid")
         relevance = sa.select(-hits.c.rank).where(hits.c.rowid == rowid).scalar_subquery()
         return rowid.in_(sa.select(hits.c.rowid)), relevance
 
@@ -177,7 +180,9 @@ class PostgreSQL(SQLDialect):
     raw_fts = True
     _insert = staticmethod(postgresql.insert)
 
-    def lock_rows(self, query: sa.Select[Any], *, of: Any = None, skip_locked: bool = False) -> Any:
+    def lock_rows(
+        self, query: sa.Select[Any], *, of: Any = None, skip_locked: bool = False
+    ) -> sa.Select[Any]:
         return query.with_for_update(of=of, skip_locked=skip_locked)
 
     def locks_rows(self) -> bool:
@@ -204,7 +209,7 @@ LIMIT %(most)s"""
 
     def search_condition(
         self, engine: Engine, terms: list[str]
-    ) -> tuple[sa.ColumnElement, sa.ColumnElement]:
+    ) -> tuple[sa.ColumnElement[Any], sa.ColumnElement[Any]]:
         text = " & ".join(_quoted_lexeme(term) + ":*" for term in terms)
         config = sa.cast(text_search_config(engine), _REGCONFIG)
         query = sa.func.to_tsquery(config, text, type_=_TSQUERY)
@@ -301,21 +306,21 @@ FROM pg_attrdef AS d JOIN pg_attribute AS a ON a.attrelid = d.adrelid AND a.attn
 WHERE d.adrelid = 'memory_facts'::regclass AND a.attname = 'search_vector'"""
 
 
-class _RegConfigType(sa.types.UserDefinedType):
+class _RegConfigType(sa.types.UserDefinedType[Any]):
     cache_ok = True
 
     def get_col_spec(self, **kw: object) -> str:
         return "regconfig"
 
 
-class _TSQueryType(sa.types.UserDefinedType):
+class _TSQueryType(sa.types.UserDefinedType[Any]):
     cache_ok = True
 
     def get_col_spec(self, **kw: object) -> str:
         return "tsquery"
 
 
-class _TSVectorType(sa.types.UserDefinedType):
+class _TSVectorType(sa.types.UserDefinedType[Any]):
     cache_ok = True
 
     def get_col_spec(self, **kw: object) -> str:

@@ -25,13 +25,14 @@ import weakref
 from contextlib import suppress
 from datetime import datetime, timezone
 from itertools import repeat
-from typing import Any
+from typing import Any, Literal, cast
 
 import psycopg
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import Pool, QueuePool
+from sqlalchemy.sql.elements import ClauseElement
 
 from .. import tenancy
 from ..driver_errors import DisconnectionError
@@ -46,10 +47,11 @@ class DriverFallback(Exception):
 def _compiled(statement: sa.Executable, dialect: sa.Dialect) -> Any:
     """``statement`` compiled for the driver itself: named parameters (``%(name)s`` for
     psycopg, ``:name`` for sqlite3)."""
-    return statement.compile(dialect=dialect_of(dialect).driver_paramstyle(dialect))
+    compiling = cast(ClauseElement, statement)
+    return compiling.compile(dialect=dialect_of(dialect).driver_paramstyle(dialect))
 
 
-def driver_statement(statement: sa.Executable, dialect: sa.Dialect) -> tuple[str, dict]:
+def driver_statement(statement: sa.Executable, dialect: sa.Dialect) -> tuple[str, dict[str, Any]]:
     """``statement`` compiled once for the driver itself: its text and its fixed parameters."""
     compiled = _compiled(statement, dialect)
     return compiled.string, dict(compiled.params)
@@ -93,7 +95,9 @@ def driver_write(statement: sa.Executable, dialect: sa.Dialect) -> DriverWrite:
 
 
 @functools.lru_cache(maxsize=256)
-def compiled_for_driver(statement: sa.Executable, dialect: sa.Dialect) -> tuple[str, dict]:
+def compiled_for_driver(
+    statement: sa.Executable, dialect: sa.Dialect
+) -> tuple[str, dict[str, Any]]:
     """:func:`driver_statement` of a statement built once (kept, so the key is the object)."""
     return driver_statement(statement, dialect)
 
@@ -171,7 +175,7 @@ class _Kept:
 
     __slots__ = ("dbapi", "info", "since")
 
-    def __init__(self, dbapi: Any, info: dict, since: float) -> None:
+    def __init__(self, dbapi: Any, info: dict[str, Any], since: float) -> None:
         self.dbapi = dbapi
         self.info = info
         self.since = since
@@ -192,7 +196,7 @@ class _Idle:
 
     def __init__(self, engine: Engine, pool: QueuePool) -> None:
         self.engine = engine
-        self.pool = pool
+        self.pool: QueuePool | None = pool  # None in a forked child
         self.most = pool.size() // 2
         self.alive = 0
         self.connections: list[_Kept] = []
@@ -222,6 +226,8 @@ class _Idle:
 
     def _stale(self, kept: _Kept) -> bool:
         pool = self.pool
+        if pool is None:  # a forked child's: none of its connections is to be used
+            return True
         recycle = pool._recycle
         return pool._invalidate_time > kept.since or (
             recycle > -1 and time.time() - kept.since > recycle
@@ -281,11 +287,11 @@ _every_idle: weakref.WeakSet[_Idle] = weakref.WeakSet()
 def _idle_of(engine: Engine) -> _Idle | None:
     """The kept connections of ``engine`` (made on first use), or None for a pool that is not
     a :class:`QueuePool` (SQLite's ``:memory:``: one connection per thread)."""
-    idle = engine.__dict__.get(_IDLE)
+    idle: _Idle | None = engine.__dict__.get(_IDLE)
     if idle is not None and idle.pool is engine.pool:
         return idle
     with _making:
-        idle = engine.__dict__.get(_IDLE)
+        idle = cast("_Idle | None", engine.__dict__.get(_IDLE))
         pool = engine.pool
         if idle is not None and idle.pool is pool:
             return idle
@@ -318,7 +324,7 @@ def _forget_in_child() -> None:
     for idle in list(_every_idle):
         _inherited.extend(idle.connections)
         idle.connections.clear()
-        idle.pool = None  # type: ignore[assignment]
+        idle.pool = None
 
 
 os.register_at_fork(after_in_child=_forget_in_child)
@@ -366,7 +372,7 @@ class DriverConnection:
             if postgres:
                 _local.driver = False
         self.fairy = fairy
-        dbapi = fairy.driver_connection
+        dbapi: Any = fairy.driver_connection
         if postgres and not dbapi.autocommit:
             try:
                 dbapi.autocommit = True
@@ -376,11 +382,11 @@ class DriverConnection:
             fairy.info[_AUTOCOMMIT_LEFT] = True
         return dbapi
 
-    def __exit__(self, exc_type: Any, exc: Any, _tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: Any, _tb: Any) -> Literal[False]:
         kept, idle = self.kept, self.idle
         if exc is None:
             if kept is not None:
-                idle.give_back(kept)  # type: ignore[union-attr]
+                cast(_Idle, idle).give_back(kept)  # kept comes from idle
             elif idle is not None and idle.adopt():
                 self._keep_checked_out(idle)
             else:
@@ -393,7 +399,7 @@ class DriverConnection:
         try:
             if not isinstance(exc, driver_error):
                 return False
-            dead = dialect.is_disconnect(exc, dbapi, None)
+            dead = dialect.is_disconnect(cast(Any, exc), dbapi, None)
             if dead:
                 if kept is None:
                     self.fairy.invalidate(exc)
@@ -408,9 +414,9 @@ class DriverConnection:
             if kept is None:
                 self.fairy.close()
             elif not dead and _between_transactions(dbapi):  # a refused statement, say
-                idle.give_back(kept)  # type: ignore[union-attr]
+                cast(_Idle, idle).give_back(kept)
             else:
-                idle.discard(kept)  # type: ignore[union-attr]
+                cast(_Idle, idle).discard(kept)
 
     def _keep_checked_out(self, idle: _Idle) -> None:
         fairy = self.fairy
@@ -426,13 +432,13 @@ def _between_transactions(dbapi: Any) -> bool:
     try:
         if isinstance(dbapi, sqlite3.Connection):
             return not dbapi.in_transaction
-        return dbapi.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        return bool(dbapi.info.transaction_status == psycopg.pq.TransactionStatus.IDLE)
     except Exception:  # closed, or broken: not to be used again
         return False
 
 
 def read_facts_by_driver(
-    engine: Engine, statement: sa.Select, parameters: dict[str, Any], scoped: int
+    engine: Engine, statement: sa.Select[Any], parameters: dict[str, Any], scoped: int
 ) -> list[tuple[tuple[Any, ...], Fact]] | None:
     """The rows of ``statement`` (a read built once and kept: its compiled text is cached),
     run on the driver itself in one autocommit round trip: each row's first ``scoped``
@@ -451,7 +457,7 @@ def read_facts_by_driver(
             utc = postgres and dbapi.info.timezone is timezone.utc
         if not rows:
             return []
-        columns = list(zip(*rows, strict=True))
+        columns: list[Any] = list(zip(*rows, strict=True))
         created, updated = columns[scoped + 6], columns[scoped + 7]
         # then expected_valid_days, confirmed_at, confirmation_count, valid_from (and, where
         # selected, valid_to and superseded_by)

@@ -146,7 +146,7 @@ def search_facts(
 
 
 @functools.lru_cache(maxsize=64)
-def _search_statement(filters: frozenset[str]) -> sa.Select:
+def _search_statement(filters: frozenset[str]) -> sa.Select[Any]:
     """:data:`_SEARCH` with the ``filters`` given (names of their bound parameters), built
     once per combination: SQLAlchemy's construction and cache key are not redone per call,
     and the driver's text of it is compiled once."""

@@ -48,7 +48,7 @@ _ORDER = (
 _PATTERN_COLUMNS = ("tenant_id", "user_id", "agent_name", "thread_id", "kind")
 
 
-def count_statement(now: datetime) -> sa.Select[Any]:
+def count_statement(now: datetime) -> sa.Select[int, int, int, int]:
     """The queue's rows ``pending`` (waiting or running), ``failed`` (given up), ``leased``
     (running anywhere now) and ``due`` (waiting and due now), as one row of those columns."""
     leased = sa.and_(pending.c.lease_until.is_not(None), pending.c.lease_until >= now)

@@ -273,7 +273,7 @@ def build_report(
 
     with database_errors(engine, "report"), engine.connect() as conn:
         category_rows = conn.execute(categories).all()
-        bucket_rows = dict(conn.execute(buckets).all())
+        bucket_rows: dict[Any, Any] = dict(conn.execute(buckets).all())
         activity_rows = {row.day: row for row in conn.execute(activity)}
         largest_rows = conn.execute(top).all()
         memory_count = conn.execute(memories).scalar_one()

@@ -67,8 +67,8 @@ def match_facts(
     rows = _rows(engine, dialect, params)
     if dialect.raw_fts:
         key = (scope.tenant_id, scope.user_id, scope.agent_key)
-        own = [(row[0], row[1]) for row in rows if tuple(row[2:]) == key]
-        return bm25(own, terms, limit=limit, facts=facts)
+        mine = [(row[0], row[1]) for row in rows if tuple(row[2:]) == key]
+        return bm25(mine, terms, limit=limit, facts=facts)
     return [(row[0], float(row[1])) for row in rows]
 
 
@@ -77,7 +77,8 @@ def _rows(engine: Engine, dialect: SQLDialect, params: dict[str, Any]) -> list[A
     if unobserved(engine):
         try:
             with DriverConnection(engine) as dbapi:
-                return dbapi.execute(sql, params).fetchall()
+                found: list[Any] = dbapi.execute(sql, params).fetchall()
+                return found
         except DriverFallback:
             pass
     with engine.connect() as conn:
@@ -131,7 +132,7 @@ def _term_counts(text: str) -> tuple[dict[str, int], int]:
 
 def search_condition(
     engine: Engine, terms: Sequence[str]
-) -> tuple[sa.ColumnElement, sa.ColumnElement]:
+) -> tuple[sa.ColumnElement[Any], sa.ColumnElement[Any]]:
     """A condition true for facts holding every term (each also as a prefix), and a relevance
     (higher is better) for them, for a search over ``memory_facts`` across memories."""
     return dialect_of(engine).search_condition(engine, list(terms))

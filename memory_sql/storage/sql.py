@@ -9,7 +9,7 @@ import operator
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, NoReturn, Unpack, cast
 
 import sqlalchemy as sa
 from pydantic import ValidationError
@@ -89,7 +89,7 @@ _SELECT_HEAD = sa.select(
 # ``content`` and ``updated_at``. Only live facts: the partial indexes of revision 0015 cover
 # them, so closed rows cost a load nothing.
 _AGING = len(FACT_COLUMNS) - 8  # the validity and confirmation columns after updated_at
-_SELECT_DOCUMENT = sa.union_all(
+_SELECT_DOCUMENT: sa.CompoundSelect[Unpack[tuple[Any, ...]]] = sa.union_all(
     sa.select(sa.literal_column("'f'", sa.String).label("kind"), *FACT_COLUMNS).where(
         _in_scope(memory_facts), LIVE
     ),
@@ -236,11 +236,11 @@ def _document(
             group = doc.user if hasattr(doc.user, name) else doc.history
             setattr(group, name, Section(summary=row[2], updated_at=updated_at))
     if fact_rows:
-        columns = list(zip(*fact_rows, strict=True))
+        columns: list[Any] = list(zip(*fact_rows, strict=True))
         ids, created, updated = columns[1], columns[7], columns[8]
         if times is not None:
             created, updated = times(created), times(updated)
-        aging = columns[9:]
+        aging: Sequence[Any] = columns[9:]
         if times is not None:
             aging = (aging[0], times(aging[1]), aging[2], times(aging[3]))
         facts = list(map(trusted_fact, *columns[1:7], created, updated, *aging))
@@ -837,7 +837,7 @@ class SQLStorage(MemoryStorage):
         if not heads:
             return None
         try:
-            return heads[0][0], self._times(heads[0][1:2])[0]
+            return heads[0][0], cast(datetime, self._times(heads[0][1:2])[0])
         except (ValueError, TypeError, AttributeError) as exc:
             raise DriverFallback from exc
 
@@ -1024,9 +1024,12 @@ class SQLStorage(MemoryStorage):
         if expected_version == 0:
             return now, MemoryDocument()
         entry = self._cache.latest(scope)
-        if entry is None or entry[0][0] != expected_version:  # type: ignore[index]
+        if entry is None:
             return None
-        (_, created_at), base = entry  # type: ignore[misc]
+        stamp, base = entry
+        version, created_at = cast(tuple[int, datetime], stamp)  # this store's stamps
+        if version != expected_version:
+            return None
         return created_at, base
 
     def _still_at(self, scope: Scope, expected_version: int, created_at: datetime) -> bool:
@@ -1064,7 +1067,7 @@ class SQLStorage(MemoryStorage):
             return created_at, cached
         return created_at, self._read_rows(conn, scope, expected_version, None)
 
-    def _conflict(self, conn: Connection, scope: Scope, expected_version: int) -> None:
+    def _conflict(self, conn: Connection, scope: Scope, expected_version: int) -> NoReturn:
         actual = conn.execute(_SELECT_HEAD, _scope_params(scope)).scalar()
         raise VersionConflictError(str(scope), expected_version, actual)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -82,7 +83,7 @@ def list_users(
     )
     with database_errors(engine, f"list the users of tenant {tenant}"), engine.connect() as conn:
         rows = conn.execute(statement).all()
-    users: dict[str, list[sa.Row]] = {}
+    users: dict[str, list[sa.Row[Any, Any, Any, Any]]] = {}
     for row in rows:  # one row per memory, users in the page's order
         users.setdefault(row.user_id, []).append(row)
     return [

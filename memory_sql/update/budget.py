@@ -111,9 +111,12 @@ class LLMBudget:
         day = now.date().isoformat()
         with self._lock:
             usage = self._usage.get(tenant_id)
-            fresh = usage is not None and usage.day == day
-            if fresh and time.monotonic() - usage.read_at < REREAD_SECONDS:  # type: ignore[union-attr]
-                return usage  # type: ignore[return-value]
+            if (
+                usage is not None
+                and usage.day == day
+                and time.monotonic() - usage.read_at < REREAD_SECONDS
+            ):
+                return usage
         calls, tokens = self._read(tenant_id, now)
         with self._lock:
             usage = _Usage(day, calls, tokens, time.monotonic())

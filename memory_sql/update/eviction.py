@@ -37,13 +37,13 @@ Heat = Mapping[str, tuple[int, datetime | None]]
 def evict(
     doc: MemoryDocument, config: MemoryConfig, *, now: datetime, heat: Heat | None = None
 ) -> list[str]:
-    """Remove from ``doc`` the facts beyond ``config.max_facts`` by the configured policy;
+    """Remove from ``doc`` the facts beyond ``config.eviction.max_facts`` by the configured policy;
     returns their ids. ``heat`` (for ``hybrid``) defaults to none shown."""
-    excess = len(doc.facts) - config.max_facts
+    excess = len(doc.facts) - config.eviction.max_facts
     if excess <= 0:
         return []
-    guaranteed = frozenset(config.guaranteed_categories)
-    if config.eviction_policy == "hybrid":
+    guaranteed = frozenset(config.recall.guaranteed_categories)
+    if config.eviction.policy == "hybrid":
         order = _hybrid_order(doc.facts, config, guaranteed, now, heat or {})
     else:
         order = sorted(
@@ -58,7 +58,9 @@ def evict(
 def needs_heat(doc: MemoryDocument, config: MemoryConfig, incoming: int = 0) -> bool:
     """Whether eviction may run on ``doc`` (with ``incoming`` facts more) under a policy that
     reads the access heat."""
-    return config.eviction_policy == "hybrid" and len(doc.facts) + incoming > config.max_facts
+    return (
+        config.eviction.policy == "hybrid" and len(doc.facts) + incoming > config.eviction.max_facts
+    )
 
 
 def _hybrid_order(
@@ -71,7 +73,7 @@ def _hybrid_order(
     """``facts``, the first to go first."""
     most = max((count for count, _ in heat.values()), default=0)
     scale = math.log1p(most) or 1.0
-    freshness_life = config.eviction_freshness_half_life_days
+    freshness_life = config.eviction.freshness_half_life_days
 
     def worth(fact: Fact) -> float:
         changed = fact.updated_at or fact.created_at or now
@@ -82,14 +84,14 @@ def _hybrid_order(
             hot = math.log1p(count) / scale
             if last is not None:
                 hot *= 2.0 ** (-_days(now, last) / HEAT_HALF_LIFE_DAYS)
-        return (
-            config.eviction_confidence_weight * fact.confidence
-            + config.eviction_freshness_weight * fresh
-            + config.eviction_heat_weight * hot
+        return float(
+            config.eviction.confidence_weight * fact.confidence
+            + config.eviction.freshness_weight * fresh
+            + config.eviction.heat_weight * hot
         )
 
     worths = {fact.id: worth(fact) for fact in facts}
-    reserve = math.ceil(config.eviction_guaranteed_share * config.max_facts)
+    reserve = math.ceil(config.eviction.guaranteed_share * config.eviction.max_facts)
     protected = {
         fact.id
         for fact in sorted(

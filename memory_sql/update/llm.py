@@ -125,16 +125,16 @@ class LLMClient:
         """A client for the model ``config`` names, with the ``OPENAI_*`` fallbacks of the
         module docstring read from ``env`` (default ``os.environ``)."""
         env = os.environ if env is None else env
-        key = config.llm_api_key.get_secret_value() if config.llm_api_key is not None else None
+        key = config.llm.api_key.get_secret_value() if config.llm.api_key is not None else None
         return cls(
-            model=config.model_name or env.get("OPENAI_MODEL") or None,
-            base_url=config.llm_base_url or env.get("OPENAI_BASE_URL") or None,
+            model=config.llm.model or env.get("OPENAI_MODEL") or None,
+            base_url=config.llm.base_url or env.get("OPENAI_BASE_URL") or None,
             api_key=key or env.get("OPENAI_API_KEY") or None,
-            timeout_seconds=config.llm_timeout_seconds,
-            max_retries=config.llm_max_retries,
-            temperature=config.llm_temperature,
-            json_mode=config.llm_json_mode,
-            structured_output=config.llm_structured_output,
+            timeout_seconds=config.llm.timeout_seconds,
+            max_retries=config.llm.max_retries,
+            temperature=config.llm.temperature,
+            json_mode=config.llm.json_mode,
+            structured_output=config.llm.structured_output,
             max_tokens=config.reply_token_limit(),
         )
 
@@ -439,8 +439,10 @@ def _error_detail(body: Any) -> str:
 def _root_cause(exc: BaseException) -> str:
     """The innermost cause of a connection error, e.g. ``ConnectionRefusedError``."""
     seen = exc
-    while seen.__cause__ is not None or seen.__context__ is not None:
-        seen = seen.__cause__ or seen.__context__  # type: ignore[assignment]
+    inner = seen.__cause__ or seen.__context__
+    while inner is not None:
+        seen = inner
+        inner = seen.__cause__ or seen.__context__
     if isinstance(seen, ConnectionRefusedError) or "refused" in str(seen).lower():
         return "connection refused"
     return f"{type(seen).__name__}: {seen}" if str(seen) else type(seen).__name__

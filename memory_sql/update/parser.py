@@ -217,8 +217,13 @@ DURABILITIES = ("durable", "temporary")
 AUTHORITIES = ("descriptive", "transactional")
 
 
-def _label(values: tuple[str, ...]) -> Any:
-    return Annotated[str | None, WithJsonSchema({"type": "string", "enum": list(values)})]
+def _enum(values: tuple[str, ...]) -> WithJsonSchema:
+    return WithJsonSchema({"type": "string", "enum": list(values)})
+
+
+ScopeLabel = Annotated[str | None, _enum(SCOPES)]
+DurabilityLabel = Annotated[str | None, _enum(DURABILITIES)]
+AuthorityLabel = Annotated[str | None, _enum(AUTHORITIES)]
 
 
 def _read_label(value: Any) -> Any:
@@ -240,9 +245,9 @@ class SectionUpdate(_Strict):
         default=False, validation_alias=AliasChoices("shouldUpdate", "should_update")
     )
     # The scope-gate labels (None: not given), after the content so the model writes it first.
-    scope: _label(SCOPES) = None  # type: ignore[valid-type]
-    durability: _label(DURABILITIES) = None  # type: ignore[valid-type]
-    authority: _label(AUTHORITIES) = None  # type: ignore[valid-type]
+    scope: ScopeLabel = None
+    durability: DurabilityLabel = None
+    authority: AuthorityLabel = None
 
     _labels = field_validator(*_LABELS, mode="before")(_read_label)
 
@@ -309,9 +314,9 @@ class NewFact(_Strict):
         validation_alias=AliasChoices("sourceError", "source_error"),
         max_length=MAX_SOURCE_ERROR_CHARS,
     )
-    scope: _label(SCOPES) = None  # type: ignore[valid-type]
-    durability: _label(DURABILITIES) = None  # type: ignore[valid-type]
-    authority: _label(AUTHORITIES) = None  # type: ignore[valid-type]
+    scope: ScopeLabel = None
+    durability: DurabilityLabel = None
+    authority: AuthorityLabel = None
     expected_valid_days: _ValidDays = Field(
         default=None, validation_alias=AliasChoices("expectedValidDays", "expected_valid_days")
     )
@@ -652,7 +657,7 @@ class _Reading:
             except ValidationError as exc:
                 self.drop(kind, _reason(exc), raw, _describe(exc, f"{kind}.{position}"))
                 continue
-            texts = [item.id] if hasattr(item, "id") else [*item.source_ids]
+            texts = [item.id] if hasattr(item, "id") else [*getattr(item, "source_ids", ())]
             if isinstance(item, review.Consolidation):
                 texts.append(item.consolidated.content)
             bad = next((text for text in texts if placeholder(text)), None)

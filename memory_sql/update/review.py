@@ -195,14 +195,14 @@ def read_valid_days(value: Any) -> int | None:
 
 def max_valid_days(config: MemoryConfig) -> int:
     """The most ``expected_valid_days`` the LLM may give a new fact."""
-    return min(config.staleness_age_days * config.staleness_max_lifetime_multiplier, MAX_VALID_DAYS)
+    return min(config.staleness.age_days * config.staleness.max_lifetime_multiplier, MAX_VALID_DAYS)
 
 
 def valid_days(fact: Fact, config: MemoryConfig) -> int:
     """How many days ``fact`` is expected to hold after its last confirmation (its start)."""
     if fact.expected_valid_days is not None:
         return fact.expected_valid_days
-    return config.staleness_category_days.get(fact.category, config.staleness_age_days)
+    return config.staleness.category_days.get(fact.category, config.staleness.age_days)
 
 
 def overdue_days(fact: Fact, config: MemoryConfig, now: datetime) -> float:
@@ -226,9 +226,9 @@ class Offer:
 
 def stale_facts(memory: MemoryDocument, config: MemoryConfig, now: datetime) -> list[Fact]:
     """The memory's facts past their validity that the review may offer, most overdue first."""
-    if not config.staleness_review_enabled:
+    if not config.staleness.review_enabled:
         return []
-    protected = set(config.staleness_protected_categories)
+    protected = set(config.staleness.protected_categories)
     due = [
         (overdue, fact)
         for fact in memory.facts
@@ -249,26 +249,26 @@ def offer(
     """The review offer of ``memory`` at ``now``, with its prompt text (:func:`review_block`)
     within ``staleness_prompt_tokens`` as ``counter`` counts them (None: no budget)."""
     stale = stale_facts(memory, config, now)
-    if len(stale) < config.staleness_min_candidates:
+    if len(stale) < config.staleness.min_candidates:
         stale = []
-    stale = stale[: config.staleness_max_candidates]
+    stale = stale[: config.staleness.max_candidates]
     categories: list[str] = []
-    if config.consolidation_enabled:
-        protected = set(config.staleness_protected_categories)
+    if config.consolidation.enabled:
+        protected = set(config.staleness.protected_categories)
         counts: dict[str, int] = {}
         for fact in memory.facts:
             counts[fact.category] = counts.get(fact.category, 0) + 1
         categories = sorted(
             name
             for name, count in counts.items()
-            if count >= config.consolidation_min_facts and name not in protected
+            if count >= config.consolidation.min_facts and name not in protected
         )
     if not stale and not categories:
         return Offer()
     lines = [_stale_line(fact, config, now) for fact in stale]
     kept = len(lines)
     if counter is not None:
-        budget = config.staleness_prompt_tokens - counter.count(
+        budget = config.staleness.prompt_tokens - counter.count(
             review_block([""] if lines else [], categories, review_only)
         )
         used = kept = 0
@@ -277,7 +277,7 @@ def offer(
             if used > budget:
                 break
             kept += 1
-    if stale and kept < config.staleness_min_candidates:
+    if stale and kept < config.staleness.min_candidates:
         kept = 0
     offered = tuple(fact.id for fact in stale[:kept])
     if not offered and not categories:
@@ -370,7 +370,7 @@ def apply_review(
     valid = [i for i in named if i in allowed]
     outcome.stale_refused.extend(i for i in named if i not in allowed)
     valid.sort(key=lambda i: (held[i].confidence, i))
-    cap = config.staleness_max_removals_per_cycle
+    cap = config.staleness.max_removals_per_cycle
     removed, over = valid[:cap], valid[cap:]
     outcome.stale_refused.extend(over)
     outcome.stale_removed.extend(removed)
@@ -385,7 +385,7 @@ def apply_review(
         fact = held[extension.id]
         since = (now - (fact.confirmed_at or fact.since)).days
         extended[fact.id] = max(
-            1, min(since + extension.extend_by_days, config.staleness_max_extension_days)
+            1, min(since + extension.extend_by_days, config.staleness.max_extension_days)
         )
     facts = []
     for fact in doc.facts:
@@ -409,21 +409,21 @@ def consolidate(
     """The merges of a reply applied to ``doc`` (see the module docstring); returns the
     ``(reason)`` of each group refused, for the log."""
     refused: list[str] = []
-    if not groups or not config.consolidation_enabled:
+    if not groups or not config.consolidation.enabled:
         return [f"consolidation is off: {len(groups)} groups"] if groups else []
     open_categories = set(offered)
-    protected = set(config.staleness_protected_categories)
+    protected = set(config.staleness.protected_categories)
     held = {fact.id: fact for fact in doc.facts}
     consumed: set[str] = set()
     merged_facts: list[Fact] = []
     for group in groups:
-        if len(merged_facts) >= config.consolidation_max_groups_per_cycle:
+        if len(merged_facts) >= config.consolidation.max_groups_per_cycle:
             refused.append("over consolidation_max_groups_per_cycle")
             break
         ids = list(dict.fromkeys(group.source_ids))
         sources = [held[i] for i in ids if i in held and i not in consumed]
-        if len(sources) != len(ids) or not 2 <= len(ids) <= config.consolidation_max_sources:
-            refused.append(f"sources {ids} not 2 to {config.consolidation_max_sources} live facts")
+        if len(sources) != len(ids) or not 2 <= len(ids) <= config.consolidation.max_sources:
+            refused.append(f"sources {ids} not 2 to {config.consolidation.max_sources} live facts")
             continue
         if any(f.category in protected or f.category not in open_categories for f in sources):
             refused.append(f"sources {ids} of a protected or unoffered category")

@@ -232,7 +232,7 @@ def apply_update(
     if offer is None:
         offer = review.offer(memory, config, now)
     doc = memory.clone()
-    allow = config.scope_gate_allow_unlabeled
+    allow = config.update.scope_gate_allow_unlabeled
     gated: list[tuple[str, str, str]] = []
     sections: dict[str, str] = {}
     for name, section in update.proposed_sections().items():
@@ -281,7 +281,7 @@ def apply_update(
             gated.append(("fact", proposed.content, reason))
             continue
         key = _key(proposed.content)
-        if proposed.confidence < config.min_confidence:  # the floor itself is accepted
+        if proposed.confidence < config.update.min_confidence:  # the floor itself is accepted
             skipped.append((proposed.content, "low confidence"))
         elif key in keys:
             skipped.append((proposed.content, "duplicate"))
@@ -533,7 +533,7 @@ class MemoryUpdater:
         """The token counter of the review's prompt budget (made once)."""
         if self._counter is None:
             self._counter = make_token_counter(
-                self.config.token_counting, self.config.tiktoken_encoding_file
+                self.config.tokens.counting, self.config.tokens.encoding_file
             )
         return self._counter
 
@@ -541,8 +541,8 @@ class MemoryUpdater:
         """Whether an update with nothing new to learn still asks the LLM: stale candidates
         wait and the memory's last review (an LLM call that offered some) is at least
         ``staleness_review_interval_hours`` old. Needs the usage table (SQL storage)."""
-        hours = self.config.staleness_review_interval_hours
-        if hours <= 0 or not self.config.staleness_review_enabled or not _keeps_usage(self.storage):
+        hours = self.config.staleness.review_interval_hours
+        if hours <= 0 or not self.config.staleness.review_enabled or not _keeps_usage(self.storage):
             return False
         try:
             memory = self.storage.load(**scope.arguments())
@@ -575,11 +575,7 @@ class _Run:
         self.llm = updater.llm
         self.scope = scope
         self.thread_id = thread_id
-        self.where = {
-            "user_id": scope.user_id,
-            "agent_name": scope.agent_name,
-            "tenant_id": scope.tenant_id,
-        }
+        self.where = scope.arguments()
         self.in_transaction = in_transaction
         self.attempt = attempt
         self.tokens = (0, 0)
@@ -616,7 +612,7 @@ class _Run:
         shown = facts_for_prompt(
             memory,
             conversation,
-            self.config.update_memory_max_tokens,
+            self.config.update.memory_max_tokens,
             self.counter(),
             lambda terms: self.match(memory, terms),
             first=self.offer.stale,
@@ -636,7 +632,7 @@ class _Run:
         if self.attempt > 1:  # a queue retry: not the request that already failed
             warmer = self.attempt - 1
         messages = prompt
-        tries = 1 + self.config.llm_repair_attempts
+        tries = 1 + self.config.llm.repair_attempts
         for number in range(1, tries + 1):
             steps = warmer + number - 1
             update, problem = self.ask(messages, _warmer(base, steps) if steps else None)
@@ -696,7 +692,7 @@ class _Run:
         counted = not completion.prompt_tokens and not completion.completion_tokens
         if counted:  # the endpoint reported no usage: count the texts
             counter = make_token_counter(
-                self.config.token_counting, self.config.tiktoken_encoding_file
+                self.config.tokens.counting, self.config.tokens.encoding_file
             )
             tokens = (
                 sum(counter.count(message["content"]) for message in messages),

@@ -94,12 +94,12 @@ def test_backend_config_keys_and_deerflows_names(tmp_path: Path) -> None:
     assert settings.url == f"sqlite:///{tmp_path / 'memory_sql.db'}"
     assert settings.tenant_id == "acme" and settings.in_process_worker is False
     assert settings.own_llm is True
-    assert (config.debounce_seconds, config.max_facts) == (5, 100)
-    assert config.injected_memory_max_tokens == 1500 and config.min_confidence == 0.8
-    assert config.token_counting is False
-    assert config.model_name == "gpt-4o-mini" and config.llm_base_url == "http://127.0.0.1:9/v1"
-    assert config.llm_api_key is not None and config.llm_api_key.get_secret_value() == "sk-secret"
-    assert config.llm_temperature == 0.2
+    assert (config.queue.debounce_seconds, config.eviction.max_facts) == (5, 100)
+    assert config.recall.injected_memory_max_tokens == 1500 and config.update.min_confidence == 0.8
+    assert config.tokens.counting is False
+    assert config.llm.model == "gpt-4o-mini" and config.llm.base_url == "http://127.0.0.1:9/v1"
+    assert config.llm.api_key is not None and config.llm.api_key.get_secret_value() == "sk-secret"
+    assert config.llm.temperature == 0.2
     assert read_backend_config({"url": "postgresql://u@db/memory"}).url == (
         "postgresql://u@db/memory"
     )
@@ -112,11 +112,13 @@ def test_the_spool_lives_in_the_hosts_state_folder_whatever_the_database(tmp_pat
     volume that outlives the container), not the container user's home."""
     for url in ("postgresql+psycopg://u@db/memory", None):
         given = {"storage_path": str(tmp_path), **({"url": url} if url else {})}
-        assert read_backend_config(given).config.spool_dir == tmp_path / "memory_sql.spool"
+        assert read_backend_config(given).config.spool.directory == tmp_path / "memory_sql.spool"
     mine = tmp_path / "elsewhere"
     given = {"storage_path": str(tmp_path), "spool_dir": str(mine)}
-    assert read_backend_config(given).config.spool_dir == mine
-    assert read_backend_config({"url": "postgresql+psycopg://u@db/m"}).config.spool_dir is None
+    assert read_backend_config(given).config.spool.directory == mine
+    assert (
+        read_backend_config({"url": "postgresql+psycopg://u@db/m"}).config.spool.directory is None
+    )
 
 
 @pytest.mark.parametrize(

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...config import ALIASES, MemoryConfig
+from ...config import ALIASES, SECTIONS, MemoryConfig, flat_keys
 from ...database import redacted, resolve_url
 from ...errors import ConfigError
 from ...scope import Scope
@@ -147,7 +147,7 @@ def read_backend_config(backend_config: Mapping[str, Any] | None) -> BackendSett
 
 
 def _check_keys(given: Mapping[str, Any]) -> None:
-    known = [*_OWN_KEYS, *_URL_KEYS, *MemoryConfig.model_fields, *ALIASES]
+    known = [*_OWN_KEYS, *_URL_KEYS, *flat_keys(), *ALIASES, *SECTIONS]
     for key in given:
         if key in known:
             continue

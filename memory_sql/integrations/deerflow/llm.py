@@ -129,7 +129,8 @@ class ObservedLLM:
 
     @property
     def model(self) -> str | None:
-        return self.inner.model  # type: ignore[no-any-return]
+        model: str | None = self.inner.model  # the host's model or an LLMClient
+        return model
 
     def complete(self, messages: list[dict[str, str]], **options: Any) -> Completion:
         context = CURRENT_UPDATE.get() or UpdateContext(None, None, None, None)
@@ -154,7 +155,8 @@ class ObservedLLM:
         self._result(invoke_config, messages, response, None, started)
         if isinstance(self.inner, HostChatModel):
             return self.inner.completion(response)
-        return response  # type: ignore[no-any-return]
+        completion: Completion = response
+        return completion
 
     def close(self) -> None:
         self.inner.close()

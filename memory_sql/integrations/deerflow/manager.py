@@ -245,7 +245,7 @@ class SQLMemoryManager(MemoryManager):
             "memory_sql: DeerFlow memory in %s (tenant %s, %s)",
             settings.redacted_url(),
             settings.tenant_id,
-            f"{settings.config.workers} in-process workers"
+            f"{settings.config.queue.workers} in-process workers"
             if settings.in_process_worker
             else "updates left to `memory-sql worker`",
         )
@@ -318,9 +318,9 @@ class SQLMemoryManager(MemoryManager):
                 doc = doc.model_copy(update={"facts": []})
             return format_memory_for_injection(
                 doc,
-                config.injected_memory_max_tokens,
-                config.guaranteed_categories,
-                config.guaranteed_token_budget,
+                config.recall.injected_memory_max_tokens,
+                config.recall.guaranteed_categories,
+                config.recall.guaranteed_token_budget,
                 self._service.counter,
             )
         except Exception:
@@ -401,7 +401,8 @@ class SQLMemoryManager(MemoryManager):
             for fact_id in ranked
             if fact_id in by_id and (wanted is None or by_id[fact_id].category == wanted)
         ][:top_k]
-        return MemoryDocument(facts=facts).to_deerflow()["facts"]
+        found: list[dict[str, Any]] = MemoryDocument(facts=facts).to_deerflow()["facts"]
+        return found
 
     def get_memory(
         self, *, user_id: str | None = None, agent_name: str | None = None
@@ -580,8 +581,8 @@ class SQLMemoryManager(MemoryManager):
         is as configured (tiktoken's ``cl100k_base`` loaded, or ``token_counting`` off);
         False when it fell back to the character estimate."""
         config = self._settings.config
-        counter = make_token_counter(config.token_counting, config.tiktoken_encoding_file)
-        return not config.token_counting or not isinstance(counter, EstimateCounter)
+        counter = make_token_counter(config.tokens.counting, config.tokens.encoding_file)
+        return not config.tokens.counting or not isinstance(counter, EstimateCounter)
 
     def shutdown_flush(self, timeout: float) -> bool:
         """Run every waiting update now, for at most ``timeout`` seconds (a hard bound: the
@@ -656,11 +657,7 @@ class SQLMemoryManager(MemoryManager):
     def _change(self, scope: Scope, change: Callable[[MemoryDocument], None]) -> MemoryDocument:
         """Load, ``change``, save with the version loaded; again on a version conflict, up
         to :data:`memory_sql.ops.SAVE_ATTEMPTS` times. Returns the memory as stored."""
-        where = {
-            "user_id": scope.user_id,
-            "agent_name": scope.agent_name,
-            "tenant_id": scope.tenant_id,
-        }
+        where = scope.arguments()
         with _contract_errors():
             for attempt in range(1, ops.SAVE_ATTEMPTS + 1):
                 doc = self._storage.load(**where)

@@ -59,7 +59,7 @@ def columns(
     ]
     for i, day in enumerate(days):
         x = 44 + i * step
-        y = plot + 10
+        y: float = plot + 10
         for index, (name, values) in enumerate(series):
             value = values[i]
             if not value:

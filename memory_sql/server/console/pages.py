@@ -131,7 +131,8 @@ def redirect(path: str) -> RedirectResponse:
 
 
 def _sessions(request: Request) -> Sessions:
-    return request.app.state.console_sessions
+    sessions: Sessions = request.app.state.console_sessions
+    return sessions
 
 
 def _signed_in(request: Request) -> Console:

@@ -8,7 +8,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from ...config import MemoryConfig
+from ...config import ServerSettings
 from ...errors import MemorySQLError
 from ...intake.messages import Message, normalize_messages
 from ...service import MemoryService
@@ -45,7 +45,7 @@ class Conversation(BaseModel):
     responses={200: {"description": "Nothing to learn from (no user and assistant turn)"}},
 )
 def queue_conversation(body: Conversation, caller: Writer, state: State) -> Any:
-    messages = checked_messages(body.messages, state.config)
+    messages = checked_messages(body.messages, state.config.server)
     with caller.acting():
         answer = queue_checked(
             state.service,
@@ -95,24 +95,24 @@ def queue_checked(
     return answer
 
 
-def checked_messages(raw: list[dict[str, Any]], limits: MemoryConfig) -> list[Message]:
+def checked_messages(raw: list[dict[str, Any]], limits: ServerSettings) -> list[Message]:
     """``raw`` messages normalised, within the service's limits (``server_max_messages``,
     ``server_max_message_chars``: else 413 naming the limit) and without NUL bytes (400)."""
-    if len(raw) > limits.server_max_messages:
+    if len(raw) > limits.max_messages:
         raise ApiError(
             413,
             "too_large",
             f"the conversation has {len(raw)} messages, over server_max_messages "
-            f"({limits.server_max_messages})",
+            f"({limits.max_messages})",
         )
     messages = normalize_messages(raw)
     for index, message in enumerate(messages):
-        if len(message.text) > limits.server_max_message_chars:
+        if len(message.text) > limits.max_message_chars:
             raise ApiError(
                 413,
                 "too_large",
                 f"messages[{index}] has {len(message.text)} characters, over "
-                f"server_max_message_chars ({limits.server_max_message_chars})",
+                f"server_max_message_chars ({limits.max_message_chars})",
             )
         if "\x00" in message.text:
             raise ApiError(400, "invalid_request", f"messages[{index}]: text contains a NUL byte")

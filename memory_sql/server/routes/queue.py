@@ -68,7 +68,7 @@ def without_endpoint(error: str | None, state: ServerState) -> str | None:
     if error is None:
         return None
     shown = _URL.sub("<LLM endpoint>", error)
-    model = state.config.model_name
+    model = state.config.llm.model
     if model:
         shown = shown.replace(model, "<model>")
     return shown
