@@ -11,7 +11,7 @@ from typing import Any
 
 from ..pattern_files import PatternList, PatternSet, load_patterns, match_text
 from .messages import MAX_MESSAGE_CHARS, Message, normalize_messages, shorten
-from .redact import DEFAULT, Redactor
+from .redact import DEFAULT, Redaction, Redactor
 from .uploads import strip_upload_blocks
 
 _TRAILING_PUNCTUATION = " \t\r\n.。,，!！?？;；~～"
@@ -76,7 +76,7 @@ def filter_messages_for_memory(
     return kept
 
 
-def _redacted(result: Any, redactions: dict[str, int] | None) -> str:
+def _redacted(result: Redaction, redactions: dict[str, int] | None) -> str:
     if result.counts and redactions is not None:
         for kind, number in result.counts.items():
             redactions[kind] = redactions.get(kind, 0) + number
