@@ -345,6 +345,17 @@ class MemoryConfig(BaseModel):
     server_keep_alive_seconds: float = Field(5.0, gt=0, le=600)
     server_max_connections: int = Field(1000, ge=1, le=1_000_000)
     server_max_header_bytes: int = Field(65536, ge=1024, le=16 * 1024 * 1024)
+    # issue 34 (logs fit for operators) ------------------------------------------------------
+    log_format: Literal["text", "json"] = Field(
+        "text",
+        description="How `memory-sql serve` writes its log: `text` (one line a record, the "
+        "request's id in brackets) or `json` (one JSON object a line, for a log collector).",
+    )
+    log_third_party: bool = Field(
+        False,
+        description="Let the libraries' INFO records through (APScheduler's job lines, the "
+        "MCP SDK's session lines); off: only their warnings and errors are logged.",
+    )
 
     def reply_token_limit(self) -> int:
         """The ``max_tokens`` of a memory-LLM call: ``llm_max_tokens``, or by default what a
@@ -708,6 +719,7 @@ def _allowed(key: str) -> str:
         "max_debounce_seconds": "at least debounce_seconds",
         "llm_structured_output": "auto, json_schema, json_object or off",
         "eviction_policy": "confidence or hybrid",
+        "log_format": "text or json",
     }
     bounds: dict[str, float] = {}
     for rule in field.metadata:

@@ -62,6 +62,15 @@ _refusals = logging.getLogger("memory_sql.spool.refused")
 
 QUEUE_FILE = "queue.db"
 
+# issue 34: a service with no model keeps its updates pending instead of failing them.
+WAITING_FOR_MODEL = (
+    "no memory LLM model is configured (set model_name in the config, MEMORY_SQL_MODEL_NAME "
+    "or OPENAI_MODEL): updates wait in the queue, not attempted, until a service started "
+    "with a model runs them (`memory-sql queue list` shows them)"
+)
+NO_MODEL_WAIT_SECONDS = 60.0
+"""How long a model-less service leaves an update before looking at it again."""
+
 
 class MemoryService:
     """Long-term memory for an agent: learn after each conversation, recall before the next.
@@ -537,6 +546,10 @@ class MemoryService:
             return self._run_for_tenant(item)
 
     def _run_for_tenant(self, item: PendingUpdate) -> RunOutcome:
+        # issue 34: with no model, the LLM call would fail max_attempts times; the row waits
+        # instead (the attempt not counted, no call recorded) until a model is configured.
+        if item.reply is None and not self.updater.llm.model:
+            return RunOutcome(False, WAITING_FOR_MODEL, wait_seconds=NO_MODEL_WAIT_SECONDS)
         if item.reply is None and self.budget.limited:  # a stored reply needs no LLM call
             try:
                 over = self.budget.over(item.scope.tenant_id)
@@ -648,18 +661,19 @@ class MemoryService:
             return None
         return watermark.split(item.messages, previous, self.counter)
 
+    @property
+    def waiting_for_model(self) -> str | None:
+        """Why updates wait (no memory LLM model configured), or None when they can run."""
+        if not self.config.enabled or self.updater.llm.model:
+            return None
+        return WAITING_FOR_MODEL
+
     def _warn_if_no_model(self) -> None:
         """Say once, when updates are about to run, that there is no model to run them."""
         if self._warned_no_model or self.updater.llm.model or not self.config.enabled:
             return
         self._warned_no_model = True
-        logger.warning(
-            "memory_sql: no memory LLM model is configured (set model_name in the config, "
-            "MEMORY_SQL_MODEL_NAME or OPENAI_MODEL): every update will fail, and after "
-            "max_attempts (%d) stay failed in the queue; `memory-sql queue list --failed` "
-            "shows them, `memory-sql queue retry --all` runs them again",
-            self.config.max_attempts,
-        )
+        logger.warning("memory_sql: %s", WAITING_FOR_MODEL)
 
     def _problem(self, message: str, *args: object) -> None:
         with self._problems_lock:
