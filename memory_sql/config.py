@@ -74,7 +74,14 @@ _URL_FIELDS = ("storage", "llm_base_url")  # shown through database.redacted
 _ORIGINS: ContextVar[Mapping[str, str] | None] = ContextVar("memory_sql_origins", default=None)
 
 REPLY_OVERHEAD_TOKENS = 1536
-"""What a memory-LLM reply needs beyond its facts and summaries (JSON keys, labels, reasoning)."""
+"""What a memory-LLM reply needs beyond its facts and summaries (JSON keys, labels, reasoning):
+the earlier default's margin, kept for the benchmarks that compare against it."""
+DEFAULT_REPLY_TOKENS = 2048
+"""The default ``max_tokens`` of a memory-LLM call (issue 34): 3.5 times the longest reply
+measured (580 tokens, ``benchmarks/bench_reply_sizes.py``; small local models' real replies ran
+167 to 420), room for every list at the schema's bounds with short items. Small models given
+more write until it runs out (the earlier default, 4 036, let them repeat an item for minutes
+on a CPU). A reasoning model that thinks before answering needs ``llm_max_tokens`` set."""
 
 _NUMBER_FIELDS = (
     "debounce_seconds",
@@ -194,8 +201,8 @@ class MemoryConfig(BaseModel):
     section updates the LLM labels user-scoped, durable and descriptive;
     ``scope_gate_allow_unlabeled`` (default false) stores those without labels too, as
     before the gate (for models that leave them out). Every call sends ``max_tokens``:
-    ``llm_max_tokens``, or when it is 0 (the default) :meth:`reply_token_limit`, derived from
-    the budgets. A reply that is unusable (no JSON, cut at ``max_tokens``, no part that holds)
+    ``llm_max_tokens``, or when it is 0 (the default) :meth:`reply_token_limit`, 2 048.
+    A reply that is unusable (no JSON, cut at ``max_tokens``, no part that holds)
     is asked for again up to ``llm_repair_attempts`` times (default 1; 0: never) in the same
     run, with a short message naming the problem and a higher temperature; a queue retry of an
     update that failed so starts warmer too (:mod:`memory_sql.update.updater`), so no retry
@@ -358,16 +365,9 @@ class MemoryConfig(BaseModel):
     )
 
     def reply_token_limit(self) -> int:
-        """The ``max_tokens`` of a memory-LLM call: ``llm_max_tokens``, or by default what a
-        full reply can need: as much as the memory can show in a prompt
-        (``injected_memory_max_tokens`` + ``guaranteed_token_budget``: more would not be
-        shown), plus :data:`REPLY_OVERHEAD_TOKENS` for the JSON, the labels and a short
-        reasoning block (4 036 with the defaults)."""
-        if self.llm_max_tokens:
-            return self.llm_max_tokens
-        return (
-            self.injected_memory_max_tokens + self.guaranteed_token_budget + REPLY_OVERHEAD_TOKENS
-        )
+        """The ``max_tokens`` of a memory-LLM call: ``llm_max_tokens``, or by default
+        :data:`DEFAULT_REPLY_TOKENS` (2 048), sized to real replies, not to the memory."""
+        return self.llm_max_tokens or DEFAULT_REPLY_TOKENS
 
     def __init__(self, **data: Any) -> None:
         """Build from keyword arguments (no environment); :class:`ConfigError` if invalid.

@@ -32,7 +32,7 @@ def test_reply_text_tokens_and_request(llm):
     assert body["model"] == "test-model"
     assert body["messages"] == PROMPT
     assert body["temperature"] == 0.3
-    assert body["max_tokens"] == MemoryConfig().reply_token_limit() == 4036
+    assert body["max_tokens"] == MemoryConfig().reply_token_limit() == 2048
     assert body["response_format"] == {"type": "json_object"}
     assert llm.request_headers[0]["authorization"] == "Bearer sk-test"
 

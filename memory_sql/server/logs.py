@@ -58,6 +58,10 @@ def configure(
     quiet = max(logging.WARNING, logging.getLevelName(level))
     for name in CHATTY_LIBRARIES:
         logging.getLogger(name).setLevel(logging.NOTSET if third_party else quiet)
+    # APScheduler's warnings are about the worker's own timers ("maximum number of running
+    # instances reached": a sweep still running when the next is due), not for an operator.
+    if not third_party:
+        logging.getLogger("apscheduler").setLevel(max(logging.ERROR, quiet))
     return handler
 
 

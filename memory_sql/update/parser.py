@@ -95,13 +95,15 @@ from .review import FACT_CATEGORIES, MAX_FACT_CHARS
 MAX_REPLY_CHARS = 2_000_000
 MAX_JSON_CHARS = 300_000
 MAX_CANDIDATES = 64
-MAX_NEW_FACTS = 50
+# Issue 34: bounds sized to real replies (at most 5 new facts measured, benchmarks/
+# bench_reply_sizes.py), not 50: a small model given room for 50 repeats an item until cut.
+MAX_NEW_FACTS = 16
 """Facts one reply may propose (the schema's ``maxItems``); later ones are dropped."""
-MAX_REMOVALS = 50
+MAX_REMOVALS = 20
 """Removals one reply may name (the schema's ``maxItems``); later ones are dropped."""
 MAX_REPLACES = 10
 """Ids one new fact may replace (the schema's ``maxItems``); later ones are dropped."""
-MAX_AGING_ITEMS = 50
+MAX_AGING_ITEMS = 20
 """Items of each aging list one reply may give (the schema's ``maxItems``); later ones are
 dropped."""
 MAX_ID_CHARS = 64
