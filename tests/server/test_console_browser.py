@@ -738,6 +738,15 @@ def test_reports_use_one_colour_per_meaning_and_label_the_days(browser, site):
         days = texts(all_css(browser, f"#chart-{chart} text.day"))
         assert 5 <= len(days) <= 7 and len(set(days)) == len(days), days
         assert all(re.fullmatch(r"\d{4}-\d\d-\d\d", day) for day in days)
+        spans = [
+            browser.execute_script(
+                "const r = arguments[0].getBoundingClientRect(); return [r.left, r.right]", label
+            )
+            for label in all_css(browser, f"#chart-{chart} text.day")
+        ]
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False)), (
+            spans
+        )  # none overlaps
     select = by_css(browser, "#days").rect
     button = by_css(browser, "#show").rect
     assert 0 <= button["x"] - (select["x"] + select["width"]) < 24, (select, button)

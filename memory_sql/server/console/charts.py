@@ -82,11 +82,9 @@ def columns(
                 f"{_number(value)}</title></rect>"
             )
     every = math.ceil(len(days) / DAY_LABELS)
-    for i in range(0, len(days), every):
-        x = 44 + i * step + bar / 2
-        anchor = "start" if i == 0 else "middle"
+    for i in range(0, len(days), every):  # centred under their column, at least 84 apart
         parts.append(
-            f'<text x="{44 if i == 0 else x:.1f}" y="{plot + 26}" text-anchor="{anchor}" '
+            f'<text x="{44 + i * step + bar / 2:.1f}" y="{plot + 26}" text-anchor="middle" '
             f'class="chart-label day">{escape(days[i])}</text>'
         )
     x = 44
