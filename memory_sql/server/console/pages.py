@@ -4,9 +4,11 @@ fact's history, the queue, reports, keys and the request log.
 Every page but the sign-in needs a session (:mod:`.sessions`); its key is checked again on
 each request, its tenant is the key's (an operator key's: the one named at sign-in), and all
 database work runs inside ``caller.acting()``, as the API's routes do. A POST needs the
-session's CSRF token and a same-origin ``Origin``/``Referer``; a change refused by the
-library (a stale version, a duplicate fact, bad input) is shown on the page with the status
-the API would answer.
+session's CSRF token and a same-origin ``Origin``/``Referer``; a change done answers 303 to
+the page it changed, which says what was done once (a reload posts nothing again); a change
+refused by the library (a stale version, a duplicate fact, bad input) is shown on the page with
+the status the API would answer. A failure page is titled for what failed; a path with no page
+gets the console's own 404 (:mod:`memory_sql.server.console`).
 """
 
 from __future__ import annotations
