@@ -19,6 +19,7 @@ import yaml
 from llm_server import ScriptedLLM, update_reply
 from pg_cluster import free_port
 
+from memory_sql.client import MemoryClient
 from server.mcp_session import ok, over_http
 from server.service_process import ServiceProcess
 
@@ -202,11 +203,16 @@ def test_a_service_with_no_model_says_updates_wait_and_counts_no_call(
             assert answer["due"] == "when a memory LLM model is configured"
             assert "updates wait in the queue" in answer["warning"]
             assert "model_name" in queued.headers["warning"]
+        with MemoryClient(service.base_url, api_key=key) as memory:
+            typed = memory.queue_conversation("bob", CHAT, thread_id="t2")
+            assert typed.queued and "no memory LLM model" in (typed.warning or "")
         time.sleep(3)  # three sweeps: a service that tried would have failed the update
         with service.client(admin) as http:
-            (row,) = http.get("/v1/queue").json()["updates"]
-            assert row["status"] == "pending" and row["attempts"] == 0, row
-            assert "no memory LLM model is configured" in row["last_error"]
+            rows = http.get("/v1/queue").json()["updates"]
+            assert len(rows) == 2, rows
+            for row in rows:
+                assert row["status"] == "pending" and row["attempts"] == 0, row
+                assert "no memory LLM model is configured" in row["last_error"]
             totals = http.get("/v1/reports").json()["totals"]
             assert totals["llm_calls"] == 0, totals
         assert llm.requests == []
