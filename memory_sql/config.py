@@ -79,7 +79,14 @@ _CLASS_PATH = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*[:.][A-Za-z_]\w*")
 _SECRET = "**********"
 
 REPLY_OVERHEAD_TOKENS = 1536
-"""What a memory-LLM reply needs beyond its facts and summaries (JSON keys, labels, reasoning)."""
+"""What a memory-LLM reply needs beyond its facts and summaries (JSON keys, labels, reasoning):
+the earlier default's margin, kept for the benchmarks that compare against it."""
+DEFAULT_REPLY_TOKENS = 2048
+"""The default ``max_tokens`` of a memory-LLM call (issue 34): 3.5 times the longest reply
+measured (580 tokens, ``benchmarks/bench_reply_sizes.py``; small local models' real replies ran
+167 to 420), room for every list at the schema's bounds with short items. Small models given
+more write until it runs out (the earlier default, 4 036, let them repeat an item for minutes
+on a CPU). A reasoning model that thinks before answering needs ``llm_max_tokens`` set."""
 
 
 class _Origin(NamedTuple):
@@ -141,7 +148,7 @@ class LLMSettings(_Settings):
     """The memory LLM: where it is, how it is called, what one tenant may spend on it."""
 
     model: str | None = Field(
-        None, description="The memory LLM's model name; without one every update fails."
+        None, description="The memory LLM's model name; without one updates wait in the queue."
     )
     base_url: str | None = Field(
         None, description="The chat-completions endpoint (an http(s) URL); none: OpenAI's."
@@ -164,8 +171,8 @@ class LLMSettings(_Settings):
         0,
         ge=0,
         le=1_000_000,
-        description="A call's max_tokens; 0: derived from the budgets (injected memory + "
-        "guaranteed budget + 1536 for the JSON and labels).",
+        description="A call's max_tokens; 0: 2 048, sized to real replies (the longest "
+        "recorded reply is 580 tokens).",
     )
     repair_attempts: int = Field(
         1,
@@ -538,6 +545,16 @@ class ServerSettings(_Settings):
         le=16 * 1024 * 1024,
         description="A connection whose headers exceed it closes.",
     )
+    log_format: Literal["text", "json"] = Field(
+        "text",
+        description="How `memory-sql serve` writes its log: `text` (one line a record, the "
+        "request's id in brackets) or `json` (one JSON object a line, for a log collector).",
+    )
+    log_third_party: bool = Field(
+        False,
+        description="Let the libraries' INFO records through (APScheduler's job lines, the "
+        "MCP SDK's session lines); off: only their warnings and errors are logged.",
+    )
 
 
 class SafetySettings(_Settings):
@@ -677,6 +694,8 @@ FLAT_KEYS: dict[str, tuple[str, str]] = {
     "server_keep_alive_seconds": ("server", "keep_alive_seconds"),
     "server_max_connections": ("server", "max_connections"),
     "server_max_header_bytes": ("server", "max_header_bytes"),
+    "log_format": ("server", "log_format"),
+    "log_third_party": ("server", "log_third_party"),
     "redaction": ("safety", "redaction"),
     "redaction_patterns": ("safety", "patterns"),
     "redaction_allow": ("safety", "allow"),
@@ -750,19 +769,9 @@ class MemoryConfig(_Settings):
     )
 
     def reply_token_limit(self) -> int:
-        """The ``max_tokens`` of a memory-LLM call: ``llm.max_tokens``, or by default what a
-        full reply can need: as much as the memory can show in a prompt
-        (``recall.injected_memory_max_tokens`` + ``recall.guaranteed_token_budget``: more would
-        not be shown), plus :data:`REPLY_OVERHEAD_TOKENS` for the JSON, the labels and a short
-        reasoning block (4 036 with the defaults)."""
-        if self.llm.max_tokens:
-            return self.llm.max_tokens
-        recall = self.recall
-        return (
-            recall.injected_memory_max_tokens
-            + recall.guaranteed_token_budget
-            + REPLY_OVERHEAD_TOKENS
-        )
+        """The ``max_tokens`` of a memory-LLM call: ``llm.max_tokens``, or by default
+        :data:`DEFAULT_REPLY_TOKENS` (2 048), sized to real replies, not to the memory."""
+        return self.llm.max_tokens or DEFAULT_REPLY_TOKENS
 
     def value(self, key: str) -> Any:
         """The value of the setting a flat key (or alias) names: ``value("debounce_seconds")``
@@ -1150,6 +1159,7 @@ def _allowed(key: str) -> str:
         "max_debounce_seconds": "at least debounce_seconds",
         "llm_structured_output": "auto, json_schema, json_object or off",
         "eviction_policy": "confidence or hybrid",
+        "log_format": "text or json",
     }
     bounds: dict[str, float] = {}
     for rule in field.metadata:

@@ -59,7 +59,7 @@ from .tenancy import acting_for
 from .tokens import make_token_counter
 from .update.budget import LLMBudget
 from .update.llm import LLMClient
-from .update.run import UpdateRun, warn_if_lease_too_short
+from .update.run import WAITING_FOR_MODEL, UpdateRun, warn_if_lease_too_short
 from .update.updater import MemoryUpdater, UpdateResult
 
 logger = logging.getLogger(__name__)
@@ -532,18 +532,19 @@ class MemoryService:
         subclass may wrap it: the DeerFlow backend sets its host's context around it)."""
         return self.update_run(item)
 
+    @property
+    def waiting_for_model(self) -> str | None:
+        """Why updates wait (no memory LLM model configured), or None when they can run."""
+        if not self.config.enabled or self.updater.llm.model:
+            return None
+        return WAITING_FOR_MODEL
+
     def _warn_if_no_model(self) -> None:
         """Say once, when updates are about to run, that there is no model to run them."""
         if self._warned_no_model or self.updater.llm.model or not self.config.enabled:
             return
         self._warned_no_model = True
-        logger.warning(
-            "memory_sql: no memory LLM model is configured (set model_name in the config, "
-            "MEMORY_SQL_MODEL_NAME or OPENAI_MODEL): every update will fail, and after "
-            "max_attempts (%d) stay failed in the queue; `memory-sql queue list --failed` "
-            "shows them, `memory-sql queue retry --all` runs them again",
-            self.config.queue.max_attempts,
-        )
+        logger.warning("memory_sql: %s", WAITING_FOR_MODEL)
 
     def _problem(self, message: str, *args: object) -> None:
         with self._problems_lock:

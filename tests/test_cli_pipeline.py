@@ -401,6 +401,40 @@ def test_demo_uses_a_configured_llm(tmp_path, llm):
     assert demo_facts(url) == ["Likes demos"]
 
 
+def test_demo_goes_on_after_a_failed_update_and_reports_it(tmp_path, llm):
+    """The model fails the first conversation's update (a CPU model timing out, say): the
+    other conversations still run, and the end says which failed, exit 1."""
+    answered = []
+
+    def reply(body: dict) -> str:
+        answered.append(body)
+        if len(answered) == 1:
+            return "not JSON at all"
+        return json.dumps(
+            {"user": {}, "history": {}, "newFacts": [
+                {"content": f"Likes demo {len(answered)}", "category": "preference",
+                 "confidence": 0.9, **LABELS}]}
+        )  # fmt: skip
+
+    llm.responder = reply
+    url = f"sqlite:///{tmp_path / 'demo.db'}"
+    env = {
+        "OPENAI_MODEL": "live-model",
+        "OPENAI_BASE_URL": llm.base_url,
+        "MEMORY_SQL_MAX_ATTEMPTS": "1",
+        "MEMORY_SQL_LLM_REPAIR_ATTEMPTS": "0",
+    }
+    result = runner.invoke(app, ["demo", "--url", url], env={**CLEAN_ENV, **env})
+    total = len(load_conversations())
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    assert result.output.count("! the update failed:") == 1
+    assert f"1 of {total} updates failed" in result.output
+    assert "llm_timeout_seconds" in result.output
+    assert len(answered) == total  # every conversation was sent
+    assert len(demo_facts(url)) >= 1  # the others' facts are stored
+
+
 def test_demo_will_not_delete_a_database_of_real_users(sqlite_url):
     with open_storage(sqlite_url) as storage:
         doc = storage.load(user_id="alice")

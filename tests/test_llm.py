@@ -32,7 +32,7 @@ def test_reply_text_tokens_and_request(llm):
     assert body["model"] == "test-model"
     assert body["messages"] == PROMPT
     assert body["temperature"] == 0.3
-    assert body["max_tokens"] == MemoryConfig().reply_token_limit() == 4036
+    assert body["max_tokens"] == MemoryConfig().reply_token_limit() == 2048
     assert body["response_format"] == {"type": "json_object"}
     assert llm.request_headers[0]["authorization"] == "Bearer sk-test"
 
@@ -208,13 +208,15 @@ def test_threads_share_one_client(llm):
     assert answers == {n: f"QUESTION {n}" for n in range(8)}
 
 
-def test_max_tokens_is_the_setting_or_derived_from_the_budgets(llm):
+def test_max_tokens_is_the_setting_or_sized_to_real_replies(llm):
+    """By default 2 048, whatever the memory's budgets (issue 34: a reply does not grow with
+    the memory, and small models given 4 036 tokens wrote until they ran out)."""
     for _ in range(3):
         llm.reply('{"ok": true}')
     _client(llm, llm_max_tokens=300).complete(PROMPT)
-    _client(llm, injected_memory_max_tokens=1000, guaranteed_token_budget=0).complete(PROMPT)
+    _client(llm, injected_memory_max_tokens=8000, guaranteed_token_budget=2000).complete(PROMPT)
     _client(llm).complete(PROMPT, max_tokens=16)
-    assert [body["max_tokens"] for body in llm.requests] == [300, 1000 + 1536, 16]
+    assert [body["max_tokens"] for body in llm.requests] == [300, 2048, 16]
 
 
 def test_a_reply_cut_at_max_tokens_keeps_its_real_token_counts(llm, caplog):

@@ -5,6 +5,7 @@ port where nothing listens: what it prints, what it sent, and its exit status.""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -95,3 +96,23 @@ def test_no_model_configured_is_not_answering(tmp_path, llm):
     assert done.returncode == 1
     assert "no memory LLM model configured" in done.stderr
     assert llm.requests == []
+
+
+def test_a_slow_model_gets_timeout_retry_and_lease_advice(tmp_path, llm):
+    """A model that takes a second for 16 tokens (a small one on a CPU) would take over half
+    a minute for a whole reply: over half of a 10 s llm_timeout_seconds, so the check says
+    what to set (a timeout above that, no retries, a lease longer than the timeout); a fast
+    one gets no such note."""
+    llm.reply('{"ok": true}', delay=1.0)
+    done = check(tmp_path, llm.base_url, llm_timeout_seconds=10, lease_seconds=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    expected = int(re.search(r"may take (\d+) s", done.stdout).group(1))
+    assert expected >= 37  # 600 / 16 times the probe's second at least
+    timeout = int(re.search(r"\n  llm_timeout_seconds: (\d+)\n", done.stdout).group(1))
+    lease = int(re.search(r"\n  lease_seconds: (\d+) ", done.stdout).group(1))
+    assert expected < timeout <= 600 and lease > timeout
+    assert "  llm_max_retries: 0" in done.stdout
+
+    llm.reply('{"ok": true}')
+    fast = check(tmp_path, llm.base_url, llm_timeout_seconds=120)
+    assert fast.returncode == 0 and "note:" not in fast.stdout, fast.stdout

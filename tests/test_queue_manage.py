@@ -258,7 +258,7 @@ def test_a_service_started_with_no_model_says_which_settings_name_one(url, caplo
         pass
     (record,) = [r for r in caplog.records if "no memory LLM model" in r.getMessage()]
     assert record.levelno == logging.WARNING
-    for name in ("model_name", "MEMORY_SQL_MODEL_NAME", "OPENAI_MODEL", "queue retry"):
+    for name in ("model_name", "MEMORY_SQL_MODEL_NAME", "OPENAI_MODEL", "queue list", "wait"):
         assert name in record.getMessage()
     caplog.clear()
     with MemoryService(MemoryConfig(storage=url, model_name="some-model")):

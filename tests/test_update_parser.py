@@ -208,6 +208,10 @@ def test_a_confidence_further_out_is_refused(given):
         "{name}",
         '"summary"',
         "TODO.",
+        "1",
+        "16",
+        " 2. ",
+        "3.14",
     ],
 )
 def test_placeholders(text):
@@ -218,7 +222,7 @@ def test_placeholders(text):
 
 @pytest.mark.parametrize(
     "text",
-    ["Prefers Python", "我喜欢咖啡", "Uses C", "42", "Is a <b>bold</b> writer", "Likes strings"],
+    ["Prefers Python", "我喜欢咖啡", "Uses C", "Is 42", "Is a <b>bold</b> writer", "Likes strings"],
 )
 def test_real_text_is_no_placeholder(text):
     from memory_sql.update.parser import placeholder
@@ -227,11 +231,17 @@ def test_real_text_is_no_placeholder(text):
 
 
 def test_the_prompt_example_stores_nothing_if_echoed():
-    """The example reply in the system prompt, sent back as it is, yields no fact, section or
-    removal: every value in it that could be stored is refused."""
-    from memory_sql.update.prompt import SYSTEM_PROMPT
+    """The example reply in the system prompt is not JSON (its slots are unquoted), so a copy
+    of it is no answer; with its slots quoted it yields no fact, section or removal: every
+    value in it that could be stored is refused."""
+    from memory_sql.update.prompt import EXAMPLE_TEXTS, SYSTEM_PROMPT
 
     example = SYSTEM_PROMPT[SYSTEM_PROMPT.index("{\n") : SYSTEM_PROMPT.rindex("}") + 1]
+    with pytest.raises(InvalidUpdateError):
+        parse_update(example)
+    for slot in EXAMPLE_TEXTS:
+        assert f'"{slot}"' not in SYSTEM_PROMPT
+        example = example.replace(slot, json.dumps(slot))
     update = parse_update(example)
     assert update.new_facts == [] and update.section_updates() == {}
     assert update.facts_to_remove == []

@@ -30,7 +30,7 @@ from ..scope import Scope, ScopeArguments
 from ..service import MemoryService
 from ..update.prompt import SECTION_KEYS
 from ..update.rejections import describe
-from ._common import ConfigOption, app, command, lit, load_config, out
+from ._common import ConfigOption, app, command, err, lit, load_config, out
 from .run import leftover_updates
 from .serve import serve as serve_command
 
@@ -146,8 +146,11 @@ def demo(
             return
         service = stack.enter_context(MemoryService(settings))
         conversations = load_conversations()
+        failed = []  # a failed update is reported, and the other conversations still run
         for number, sample in enumerate(conversations, 1):
-            _feed(service, sample, number, len(conversations), settings)
+            problem = _feed(service, sample, number, len(conversations), settings)
+            if problem is not None:
+                failed.append(f"[{number}] {sample.title}: {problem}")
         first = conversations[0]
         _show(service, first)
         refused = service.rejections()
@@ -158,6 +161,19 @@ def demo(
             highlight=False,
         )
         scope = Scope.of(user_id=first.user_id, agent_name=first.agent_name)
+    if failed:
+        hint = (
+            ""
+            if settings.llm.model == MODEL
+            else " (try --replay; a model on a CPU may need a longer llm_timeout_seconds: "
+            "memory-sql llm check says how long)"
+        )
+        for line in failed:
+            err.print(f"[red]failed:[/red] {lit(line)}", highlight=False, soft_wrap=True)
+        raise MemorySQLError(
+            f"{len(failed)} of {len(conversations)} updates failed{hint}; what the others "
+            f"learned is stored in {path}"
+        )
     out.print(
         f"\nStored in {lit(path)}. Try: {lit(runnable_command())} context --url {lit(url)} "
         f"--user {scope.user_id}" + (f" --agent {scope.agent_name}" if scope.agent_name else ""),
@@ -303,7 +319,8 @@ def _feed(
     number: int,
     total: int,
     settings: MemoryConfig,
-) -> None:
+) -> str | None:
+    """Feed ``sample`` and show what its update changed; why the update failed, or None."""
     scope: ScopeArguments = {
         "user_id": sample.user_id,
         "agent_name": sample.agent_name,
@@ -327,8 +344,8 @@ def _feed(
     service.flush(timeout=timeout)
     left = leftover_updates(service, [(Scope.of(**scope), sample.thread_id)])
     if left:
-        hint = "" if settings.llm.model == MODEL else " (try --replay)"
-        raise MemorySQLError(f"the update failed: {left[0]}{hint}")
+        out.print(f"  ! the update failed: {lit(left[0])}", style="red", highlight=False)
+        return left[0]
     after = service.storage.load(**scope)
     _print_changes(before, after)
     refused = {
@@ -342,6 +359,7 @@ def _feed(
             style="yellow",
             highlight=False,
         )
+    return None
 
 
 def _print_changes(before: MemoryDocument, after: MemoryDocument) -> None:

@@ -3,8 +3,11 @@ to the update's JSON Schema."""
 
 from __future__ import annotations
 
+import math
+
 import typer
 
+from ..config import MemoryConfig
 from ..database import redacted
 from ..update.llm import LLMClient, probe
 from ..update.parser import update_json_schema
@@ -15,6 +18,11 @@ app.add_typer(llm_app, name="llm")
 
 NO_STRUCTURED_OUTPUT = 3
 """The exit status of a check whose endpoint answers only without ``response_format``."""
+
+REPLY_TOKENS = 600
+"""The longest memory-LLM reply measured (``benchmarks/bench_reply_sizes.py``), in tokens: the
+probe's 16-token answer time, scaled to it, is what an update's call may take."""
+PROBE_TOKENS = 16
 
 _MODES = {
     "json_schema": "json_schema (decoding held to the update's JSON Schema)",
@@ -65,7 +73,31 @@ def check(config: ConfigOption = None) -> None:
         )
         raise typer.Exit(1)
     out.print(f"structured output: {_MODES[last.format]}", highlight=False, soft_wrap=True)
+    _slow_model_advice(settings, last.seconds)
     configured = settings.llm.structured_output if settings.llm.json_mode else "off"
     out.print(f"llm_structured_output is {configured}", highlight=False)
     if last.format == "none":
         raise typer.Exit(NO_STRUCTURED_OUTPUT)
+
+
+def _slow_model_advice(settings: MemoryConfig, seconds: float) -> None:
+    """Say what a slow model (a small one on a CPU) needs when its ``seconds`` for a 16-token
+    answer, scaled to a whole reply, come near ``llm_timeout_seconds``: else every update times
+    out, its retries queue behind the request still running on the server, and a lease may end
+    while the call runs (another worker then runs the update again)."""
+    expected = seconds * REPLY_TOKENS / PROBE_TOKENS
+    if expected <= settings.llm.timeout_seconds / 2:
+        return
+    timeout = min(600, math.ceil(expected * 1.5 / 10) * 10)
+    lease = max(settings.queue.lease_seconds, timeout + 120)
+    out.print(
+        f"[yellow]note:[/yellow] a {PROBE_TOKENS}-token answer took {seconds:.1f} s: an "
+        f"update's reply (up to about {REPLY_TOKENS} tokens) may take {expected:.0f} s, and "
+        f"llm_timeout_seconds is {settings.llm.timeout_seconds:g}. For this model set:\n"
+        f"  llm_timeout_seconds: {timeout}\n"
+        "  llm_max_retries: 0     # a timed-out request keeps running on the server; a retry "
+        "queues behind it\n"
+        f"  lease_seconds: {lease:g}     # longer than one call may take",
+        highlight=False,
+        soft_wrap=True,
+    )

@@ -123,7 +123,8 @@ def queue_retry(
     if change.changed and not model:
         err.print(
             "[yellow]note:[/yellow] no memory LLM model is configured (model_name, "
-            "MEMORY_SQL_MODEL_NAME or OPENAI_MODEL): these will fail again",
+            "MEMORY_SQL_MODEL_NAME or OPENAI_MODEL) here: they wait until a worker with a model "
+            "runs them",
             highlight=False,
             soft_wrap=True,
         )

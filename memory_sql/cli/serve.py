@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated
@@ -54,6 +55,7 @@ def serve(
 
         from ..server.app import create_app
         from ..server.logs import RateLimitFilter
+        from ..server.logs import configure as configure_logging
         from ..server.protocol import guarded_protocol
         from ..server.requests import RequestIdFilter
         from ..server.state import ServerState
@@ -63,14 +65,13 @@ def serve(
             "from the clone, pip install -e '.[server]' (or make demo)"
         ) from None
     settings = load_config(config, url)
+    _check_port(host, port)  # before the worker starts: a busy port is one error line
     ServerState.check(settings)  # a database that is not ready: one line, exit 1
-    logging.basicConfig(
-        level=level, format="%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"
+    handler = configure_logging(
+        level, settings.server.log_format, third_party=settings.server.log_third_party
     )
-    rate_limit = RateLimitFilter()
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(RequestIdFilter())
-        handler.addFilter(rate_limit)
+    handler.addFilter(RequestIdFilter())
+    handler.addFilter(RateLimitFilter())
     logging.getLogger("alembic").setLevel(logging.WARNING)  # /readyz reads the revision
     logging.getLogger("memory_sql.server").info(
         "serving database %s on http://%s:%d (%s)",
@@ -96,6 +97,25 @@ def serve(
             h11_max_incomplete_event_size=settings.server.max_header_bytes,
             timeout_graceful_shutdown=30,
         )
+
+
+def _check_port(host: str, port: int) -> None:
+    """Raise :class:`ConfigError` naming ``host:port`` if it cannot be listened on now (as
+    uvicorn binds it: address reuse on, so a port in TIME_WAIT is not refused)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot listen on {host}:{port}: {exc.strerror or exc} (another process "
+                "uses the port? stop it or choose another --port)"
+            ) from None
 
 
 @contextmanager

@@ -74,12 +74,14 @@ class Context(_Answer):
 
 class Queued(_Answer):
     """What became of a conversation: ``queued`` (else ``reason`` says why not), when it is
-    ``due``, and ``budget`` when the tenant's LLM budget holds it back."""
+    ``due``, ``budget`` when the tenant's LLM budget holds it back, and ``warning`` when the
+    service has no memory LLM model (its update waits until one is configured)."""
 
     queued: bool
     due: str | None = None
     reason: str | None = None
     budget: str | None = None
+    warning: str | None = None
 
 
 class Replaced(_Answer):

@@ -82,6 +82,11 @@ class ApiError(Exception):
         self.headers = headers
 
 
+def warning_header(text: str) -> str:
+    """``text`` as an HTTP ``Warning`` header's value (code 199, "miscellaneous warning")."""
+    return '199 memory-sql "' + text.replace("\\", "").replace('"', "'") + '"'
+
+
 def not_found(what: str) -> ApiError:
     return ApiError(404, "not_found", what)
 

@@ -1,4 +1,11 @@
-"""Rate-limited logging for ``memory-sql serve``: abuse must not become a flood of log lines.
+"""Logging for ``memory-sql serve``: its format, quiet libraries, and a rate limit.
+
+:func:`configure` sets up the root logger: ``text`` (``time LEVEL logger [request id]
+message``) or ``json`` (one object a line: ``time``, ``level``, ``logger``, ``request_id``,
+``message``, and an access line's own fields at the top level); the libraries' INFO chatter
+(:data:`CHATTY_LIBRARIES`) held back unless asked for.
+
+Rate limit: abuse must not become a flood of log lines.
 
 :class:`RateLimitFilter` lets through at most ``burst`` records of one kind per ``window``
 seconds, where a kind is the logger and message template of a warning or error (uvicorn's
@@ -16,6 +23,74 @@ import threading
 import time
 
 ACCESS_LOGGER = "memory_sql.server.access"
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"
+CHATTY_LIBRARIES = ("apscheduler", "mcp", "sse_starlette", "httpx", "httpx2", "openai")
+"""Loggers whose INFO records say nothing an operator acts on (APScheduler's "Added job",
+"Running job", "executed successfully"; the MCP SDK's "Terminating session: None"; the
+LLM client's "HTTP Request: POST …")."""
+
+
+class ClientGoneFilter(logging.Filter):
+    """Drops a record whose exception is a client that disconnected mid-request (the MCP SDK
+    logs it as an error with its traceback): the access line says it, status 499."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (exc is not None and type(exc).__name__ == "ClientDisconnect")
+
+
+def configure(
+    level: str, log_format: str = "text", *, third_party: bool = False
+) -> logging.Handler:
+    """Log to stderr at ``level`` in ``log_format`` (``text`` or ``json``); below WARNING the
+    libraries of :data:`CHATTY_LIBRARIES` stay quiet unless ``third_party``. Returns the
+    handler (for its filters)."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(
+        JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT)
+    )
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    handler.addFilter(ClientGoneFilter())
+    root.addHandler(handler)
+    root.setLevel(level)
+    quiet = max(logging.WARNING, logging.getLevelName(level))
+    for name in CHATTY_LIBRARIES:
+        logging.getLogger(name).setLevel(logging.NOTSET if third_party else quiet)
+    # APScheduler's warnings are about the worker's own timers ("maximum number of running
+    # instances reached": a sweep still running when the next is due), not for an operator.
+    if not third_party:
+        logging.getLogger("apscheduler").setLevel(max(logging.ERROR, quiet))
+    return handler
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object a record; an access line's fields (a JSON message) at the top level."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, object] = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "request_id": getattr(record, "request_id", "-"),
+        }
+        message = record.getMessage()
+        fields = None
+        if record.name == ACCESS_LOGGER:
+            try:
+                fields = json.loads(message)
+            except ValueError:
+                fields = None
+        if isinstance(fields, dict):
+            line.update(fields)
+        else:
+            line["message"] = message
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line, ensure_ascii=False, default=str)
+
+    converter = time.gmtime  # type: ignore[assignment]  # typeshed: the stub takes no argument
 
 
 class RateLimitFilter(logging.Filter):

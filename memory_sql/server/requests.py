@@ -7,7 +7,8 @@
   ``Content-Length`` before it is read, or as soon as a streamed body passes the limit; a body
   still arriving ``server_body_timeout_seconds`` after the request began (a client sending a
   byte now and then) is cut off with 408 and the connection closed.
-- An exception no handler took is logged with the request id and answered 500 naming the id.
+- An exception no handler took is logged with the request id and answered 500 naming the id;
+  a client that disconnected mid-request is logged as status 499, without a traceback.
 - One access-log line per request (``memory_sql.server.access``, JSON): method (of the
   metrics' closed set), route
   template (never the path, which holds user ids), status, duration, key id and tenant.
@@ -27,6 +28,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..models import utcnow
@@ -37,6 +39,9 @@ from .request_log import LoggedRequest, RequestLog
 access_log = logging.getLogger("memory_sql.server.access")
 logger = logging.getLogger("memory_sql.server")
 
+CLIENT_CLOSED_REQUEST = 499
+"""The status logged (and counted) for a request whose client disconnected before it was
+read (nginx's convention): not a 500, and nothing is answered."""
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 _current_request: ContextVar[str] = ContextVar("memory_sql_request_id", default="-")
 
@@ -93,6 +98,7 @@ class RequestMiddleware:
         except ValueError:
             length = 0
         started_response = [False]
+        gone = [False]  # the client disconnected before any answer
 
         async def send_tracked(message: Message) -> None:
             started_response[0] = True
@@ -103,13 +109,19 @@ class RequestMiddleware:
                 response = error_response(413, "too_large", self._too_large(length))
                 await response(scope, receive, send_with_id)
             else:
-                await self.app(scope, self._limited(receive), send_tracked)
-        except Exception:
+                await self.app(scope, self._limited(receive, gone, started_response), send_tracked)
+        except Exception as exc:
+            if gone[0] or isinstance(exc, ClientDisconnect):
+                # The client went away mid-request: nobody to answer, and not an error.
+                status[0] = CLIENT_CLOSED_REQUEST
+                return
             logger.exception("request %s failed", request_id)
             if started_response[0]:
                 raise  # a streamed body broke off: nothing can be answered any more
             await internal_error(request_id)(scope, receive, send_with_id)
         finally:
+            if gone[0]:
+                status[0] = CLIENT_CLOSED_REQUEST
             self._record(scope, state, status[0], time.perf_counter() - started)
             _current_request.reset(token)
 
@@ -142,7 +154,9 @@ class RequestMiddleware:
                 )
             )
 
-    def _limited(self, receive: Receive) -> Receive:
+    def _limited(self, receive: Receive, gone: list[bool], answering: list[bool]) -> Receive:
+        """``receive`` within the body's size and time limits; ``gone[0]`` set when the
+        client disconnects before ``answering[0]`` (a response started)."""
         seen = 0
         deadline = time.monotonic() + self.body_timeout
 
@@ -157,6 +171,8 @@ class RequestMiddleware:
                     f"({self.body_timeout:g})",
                     headers={"Connection": "close"},
                 ) from None
+            if message["type"] == "http.disconnect" and not answering[0]:
+                gone[0] = True
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.max_body_bytes:

@@ -40,6 +40,13 @@ class ServerState:
     keys: KeyChecker
     metrics: Metrics
     head_revision: str
+    updates_here: bool = True  # this process runs the updates (serve --with-worker)
+
+    @property
+    def waiting_for_model(self) -> str | None:
+        """Why this process's updates wait (no memory LLM model configured; issue 34), or
+        None. A process without the worker cannot tell: the worker reads its own config."""
+        return self.service.waiting_for_model if self.updates_here else None
 
     @classmethod
     def open(cls, config: MemoryConfig, metrics: Metrics, *, with_worker: bool) -> ServerState:
@@ -68,6 +75,7 @@ class ServerState:
             KeyChecker(engine),
             metrics,
             migrations.head_revision(),
+            with_worker,
         )
 
     @staticmethod

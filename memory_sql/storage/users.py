@@ -10,19 +10,21 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from ..database import database_errors
-from ..schema import memory_facts, memory_scopes
+from ..schema import LIVE, memory_facts, memory_scopes
 from ..scope import Scope
 
 
 @dataclass(frozen=True)
 class UserSummary:
     """One user of a tenant: the agents with a memory of theirs (None: the unnamed agents'),
-    their facts over all those memories, and when one last changed."""
+    their live facts over all those memories (closed versions not counted), when one last
+    changed, and each agent's live facts (``agent_facts``, in the order of ``agents``)."""
 
     user_id: str
     agents: tuple[str | None, ...]
     facts: int
     updated_at: datetime
+    agent_facts: tuple[int, ...] = ()
 
 
 def list_users(
@@ -53,9 +55,9 @@ def list_users(
         pattern = "%" + _escape_like(contains.strip().lower()) + "%"
         conditions.append(sa.func.lower(s.c.user_id).like(pattern, escape="\\"))
     facts = (
-        sa.select(f.c.user_id, sa.func.count().label("facts"))
-        .where(f.c.tenant_id == tenant)
-        .group_by(f.c.user_id)
+        sa.select(f.c.user_id, f.c.agent_name, sa.func.count().label("facts"))
+        .where(f.c.tenant_id == tenant, LIVE)
+        .group_by(f.c.user_id, f.c.agent_name)
         .subquery()
     )
     latest = sa.func.max(s.c.updated_at)
@@ -75,8 +77,9 @@ def list_users(
             s.c.agent_name,
         )
         .select_from(
-            page.outerjoin(facts, facts.c.user_id == page.c.user_id).join(
-                s, sa.and_(s.c.tenant_id == tenant, s.c.user_id == page.c.user_id)
+            page.join(s, sa.and_(s.c.tenant_id == tenant, s.c.user_id == page.c.user_id)).outerjoin(
+                facts,
+                sa.and_(facts.c.user_id == page.c.user_id, facts.c.agent_name == s.c.agent_name),
             )
         )
         .order_by(page.c.updated_at.desc(), page.c.user_id, s.c.agent_name)
@@ -90,8 +93,9 @@ def list_users(
         UserSummary(
             user_id,
             tuple(row.agent_name or None for row in group),
-            group[0].facts,
+            sum(row.facts for row in group),
             group[0].updated_at,
+            tuple(row.facts for row in group),
         )
         for user_id, group in users.items()
     ]

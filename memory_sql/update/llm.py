@@ -10,8 +10,8 @@ Calls are synchronous on purpose: the updater runs them on worker threads, where
 no event loop (nor a loop-bound connection pool) with the agent (DeerFlow issue #2615). The
 ``openai`` client is built at the first call and reused; it is safe to share between threads.
 
-Every call sends ``max_tokens`` (``llm_max_tokens``; by default derived from the memory's
-budgets, :meth:`~memory_sql.MemoryConfig.reply_token_limit`), so a runaway reply stops there
+Every call sends ``max_tokens`` (``llm_max_tokens``; by default 2 048, sized to real replies:
+:meth:`~memory_sql.MemoryConfig.reply_token_limit`), so a runaway reply stops there
 instead of running until the server's context is full; a reply cut there comes back with
 ``finish_reason == "length"`` and its real token counts.
 

@@ -96,13 +96,15 @@ from .review import FACT_CATEGORIES, MAX_FACT_CHARS
 MAX_REPLY_CHARS = 2_000_000
 MAX_JSON_CHARS = 300_000
 MAX_CANDIDATES = 64
-MAX_NEW_FACTS = 50
+# Issue 34: bounds sized to real replies (at most 5 new facts measured, benchmarks/
+# bench_reply_sizes.py), not 50: a small model given room for 50 repeats an item until cut.
+MAX_NEW_FACTS = 16
 """Facts one reply may propose (the schema's ``maxItems``); later ones are dropped."""
-MAX_REMOVALS = 50
+MAX_REMOVALS = 20
 """Removals one reply may name (the schema's ``maxItems``); later ones are dropped."""
 MAX_REPLACES = 10
 """Ids one new fact may replace (the schema's ``maxItems``); later ones are dropped."""
-MAX_AGING_ITEMS = 50
+MAX_AGING_ITEMS = 20
 """Items of each aging list one reply may give (the schema's ``maxItems``); later ones are
 dropped."""
 MAX_ID_CHARS = 64
@@ -111,10 +113,11 @@ MAX_SOURCE_ERROR_CHARS = 300
 CONFIDENCE_TOLERANCE = 0.25
 """How far outside [0, 1] a confidence may be and still be read (clamped into the range)."""
 
-# A letter or digit: what storable text must hold. Not in the JSON Schema: llama.cpp's converter
-# copies a ``pattern`` into its grammar without JSON escaping, so a server may reject or mangle
-# it; the parser refuses such text instead (as a ``placeholder``, or ``empty`` when blank).
-_STORABLE = re.compile(r"[^\W_]")
+# A letter: what storable text must hold (a lone number such as "1" or "16" is a small model's
+# list index, not a fact; issue 34). Not in the JSON Schema: llama.cpp's converter copies a
+# ``pattern`` into its grammar without JSON escaping, so a server may reject or mangle it; the
+# parser refuses such text instead (as a ``placeholder``, or ``empty`` when blank).
+_STORABLE = re.compile(r"[^\W\d_]")
 
 TEMPLATE_WORDS = frozenset(
     {
@@ -159,8 +162,8 @@ _TRIM = " \t\r\n\"'`“”‘’«».,;:!?()[]{}<>*_-"
 def placeholder(text: str) -> bool:
     """Whether ``text`` is a stand-in rather than an answer: one of the prompt's example texts
     (:data:`~memory_sql.update.prompt.EXAMPLE_TEXTS`), a template word (:data:`TEMPLATE_WORDS`),
-    a lone ``<slot>``, ``{slot}`` or ``[slot]``, or text without a letter or digit (``"..."``,
-    ``"-"``)."""
+    a lone ``<slot>``, ``{slot}`` or ``[slot]``, or text without a letter (``"..."``, ``"-"``,
+    ``"16"``)."""
     stripped = text.strip()
     if not _STORABLE.search(stripped):
         return True

@@ -39,6 +39,14 @@ from .updater import MemoryUpdater, UpdateResult
 
 logger = logging.getLogger(__name__)
 
+WAITING_FOR_MODEL = (
+    "no memory LLM model is configured (set model_name in the config, MEMORY_SQL_MODEL_NAME "
+    "or OPENAI_MODEL): updates wait in the queue, not attempted, until a service started "
+    "with a model runs them (`memory-sql queue list` shows them)"
+)
+NO_MODEL_WAIT_SECONDS = 60.0
+"""How long a model-less service leaves an update before looking at it again."""
+
 USAGE_COUNTERS = ("llm_calls", "prompt_tokens", "completion_tokens", "rejected_items")
 """The counters of :attr:`UpdateRun.usage`, in :meth:`memory_sql.MemoryService.status`."""
 
@@ -91,6 +99,10 @@ class UpdateRun:
             return self._run(item)
 
     def _run(self, item: PendingUpdate) -> RunOutcome:
+        # With no model, the LLM call would fail max_attempts times; the row waits instead
+        # (the attempt not counted, no call recorded) until a model is configured.
+        if item.reply is None and not self.updater.llm.model:
+            return RunOutcome(False, WAITING_FOR_MODEL, wait_seconds=NO_MODEL_WAIT_SECONDS)
         held = self._held_by_budget(item)
         if held is not None:
             return held

@@ -670,7 +670,11 @@ class _Run:
         self, messages: list[dict[str, str]], temperature: float | None
     ) -> tuple[MemoryUpdate | None, tuple[str, str, int | None] | None]:
         """One LLM call and its parsed reply, or ``(None, (outcome, error, cut_at))`` when the
-        reply cannot be used (outcome ``llm_error`` when the call itself failed)."""
+        reply cannot be used (outcome ``llm_error`` when the call itself failed). With no
+        model configured nothing is sent, and nothing is counted or recorded as a call."""
+        if not self.llm.model:
+            self.usage = None
+            return None, ("llm_error", "no memory LLM model configured: nothing was sent", None)
         self.llm_called = True
         self.calls += 1
         self.usage = None

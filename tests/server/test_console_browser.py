@@ -100,6 +100,10 @@ def _site(backend: str, folder: Path, url: str, service_url: str) -> Iterator[Si
         ("Lives in Porto", "personal", None),
     )
     ops.add_fact(storage, "Prefers green tea", user_id="bob", tenant_id="acme")
+    # erin: one live fact with coder; the unnamed agents' memory holds only a closed one.
+    add_facts(storage, "erin", ("Deploys on Fridays", "behavior", "coder"))
+    gone = ops.add_fact(storage, "Uses tabs", user_id="erin", tenant_id="acme")
+    ops.remove_fact(storage, gone.fact.id, user_id="erin", tenant_id="acme")
     ops.add_fact(storage, "Beta's secret launch plan", user_id="zed", tenant_id="beta")
     keys = [
         create_key(engine, tenant_id=tenant, role=role)[1]
@@ -211,7 +215,7 @@ def test_sign_in_and_search_users(browser, site):
     assert cookie["secure"] is False and cookie["path"] == "/console"  # plain HTTP here
     listed = texts(all_css(browser, "#users a.user"))
     # carol has a memory once her failed update was retried (another test may have run first)
-    assert {"alice", "bob"} <= set(listed) <= {"alice", "bob", "carol"}  # no zed: beta's
+    assert {"alice", "bob", "erin"} <= set(listed) <= {"alice", "bob", "carol", "erin"}  # no zed
     assert fetched_elsewhere(browser, site.base) == []
     shot(browser, site, "users")
 
@@ -326,7 +330,10 @@ def test_retry_a_failed_row(browser, site):
 
     site.llm.reply(json.dumps(update_reply()))
     follow(browser, first.find_element("css selector", "button.retry"))
-    assert "requeued 1 update(s)" in by_css(browser, ".notice").text
+    assert browser.current_url == f"{site.base}/console/queue"  # 303 after the POST
+    assert by_css(browser, ".notice").text == "requeued 1 update"
+    browser.refresh()  # a reload neither posts again nor shows the notice again
+    assert all_css(browser, ".notice") == []
     learned = wait_for(lambda: facts_of(site, "carol"))
     assert [f["content"] for f in learned] == ["Prefers Python"]
     browser.get(f"{site.base}/console/queue")
@@ -489,7 +496,7 @@ def test_filter_download_and_forget_a_user(browser, site):
     assert len(facts_of(site, "dave", agent="*")) == 3
 
     sign_in(browser, site, site.admin)
-    browser.get(f"{site.base}/console/users/dave")
+    browser.get(f"{site.base}/console/users/dave?agent=coder")
     by_css(browser, "details.forget summary").click()
     by_css(browser, "#confirm-forget").send_keys("bob")  # the wrong user
     follow(browser, by_css(browser, "#forget-user"))
@@ -500,7 +507,9 @@ def test_filter_download_and_forget_a_user(browser, site):
     shot(browser, site, "forget")
     follow(browser, by_css(browser, "#forget-user"))
     notice = by_css(browser, ".notice").text
-    assert notice.startswith("forgot dave: deleted") and "3 memory_facts" in notice
+    assert browser.current_url == f"{site.base}/console/users"
+    assert notice.startswith("forgot dave: deleted") and "3 memory facts" in notice
+    assert "1 memory scope," not in notice and "2 memory scopes" in notice
     assert "dave" not in texts(all_css(browser, "#users a.user"))
     assert "alice" in texts(all_css(browser, "#users a.user"))
     assert facts_of(site, "dave", agent="*") == []
@@ -546,7 +555,8 @@ def test_a_forged_cross_site_post_is_refused(browser, site):
             "/console/users/bob/facts", data={**form, "csrf": csrf, "content": "Real fact"},
             headers=own,
         )  # fmt: skip
-        assert done.status_code == 200 and "fact added: Real fact" in done.text
+        assert done.status_code == 303 and done.headers["location"] == "/console/users/bob?agent="
+        assert "fact added: Real fact" in http.get(done.headers["location"]).text
         # The sign-in form is protected the same way, before there is a session.
         login = http.post("/console/login", data={"api_key": site.admin}, headers=own)
         assert login.status_code == 403
@@ -568,7 +578,8 @@ def test_reports_and_the_request_log(browser, site):
     calls = by_css(browser, "#chart-calls svg desc").get_attribute("textContent")
     assert re.search(r"failed: [1-9]", calls)  # carol's failed call
     totals = by_css(browser, "#totals").text
-    assert "memories" in totals and "llm calls" in totals
+    assert "memories" in totals and re.search(r"\b[1-9]\d* LLM calls?\b", totals)
+    assert not re.search(r"(^|\n)1 LLM calls", totals)  # one call, said so
     assert fetched_elsewhere(browser, site.base) == []
     shot(browser, site, "reports")
 
@@ -587,17 +598,165 @@ def test_pages_fit_the_screen(browser, site, size):
     sign_in(browser, site, site.admin)
     browser.set_window_size(*size)
     try:
+        alice = facts_of(site, "alice", "coder")[0]["id"]
         for name, path in (
             ("users", "/console/users"),
+            ("agents", "/console/users/alice"),
             ("memory", "/console/users/alice?agent=coder"),
+            ("history", f"/console/users/alice/facts/{alice}/history?agent=coder"),
             ("queue", "/console/queue"),
             ("reports", "/console/reports"),
+            ("reports-year", "/console/reports?days=365"),
             ("keys", "/console/keys"),
             ("requests", "/console/requests"),
+            ("not-found", "/console/no/such/page"),
         ):
             browser.get(f"{site.base}{path}")
+            assert browser.current_url.startswith(f"{site.base}/console/"), path
             assert fits_width(browser), f"{path} scrolls sideways at {size}"
-            if size == PHONE:
-                shot(browser, site, f"phone-{name}")
+            shot(browser, site, f"{'phone' if size == PHONE else 'desktop'}-{name}")
+        browser.delete_all_cookies()
+        browser.get(f"{site.base}/console/login")
+        assert fits_width(browser), f"the sign-in page scrolls sideways at {size}"
     finally:
         browser.set_window_size(*DESKTOP)
+
+
+# The first hour (issue 34) ------------------------------------------------------------------
+
+
+def test_clicking_a_user_opens_their_real_memory(browser, site):
+    sign_in(browser, site, site.admin)
+    row = next(r for r in all_css(browser, "#users tbody tr") if r.text.startswith("erin"))
+    # erin's removed fact is a closed version: not counted.
+    assert row.find_element("css selector", "td.num").text == "1"
+    follow(browser, row.find_element("css selector", "a.user"))
+    # erin's only memory with facts is coder's: it opens, not the unnamed agents' empty one.
+    assert browser.current_url == f"{site.base}/console/users/erin?agent=coder"
+    assert texts(all_css(browser, ".fact-text")) == ["Deploys on Fridays"]
+    assert by_css(browser, ".tabs a[aria-current=page]").text == "coder"
+
+    # alice has facts with two agents: a page lists them, each with its facts.
+    browser.get(f"{site.base}/console/users")
+    follow(browser, next(a for a in all_css(browser, "#users a.user") if a.text == "alice"))
+    assert browser.current_url == f"{site.base}/console/users/alice"
+    rows = [r.find_elements("css selector", "td") for r in all_css(browser, "#agents tbody tr")]
+    listed = {name.text: int(facts.text) for name, facts in rows}
+    assert set(listed) == {"coder", "(no agent)"} and listed["(no agent)"] == 1
+    assert listed["coder"] == len(facts_of(site, "alice", "coder"))
+    shot(browser, site, "agents")
+    follow(browser, next(a for a in all_css(browser, "#agents a.agent") if a.text == "coder"))
+    assert browser.current_url == f"{site.base}/console/users/alice?agent=coder"
+
+    # bob has one memory, the unnamed agents': it opens.
+    browser.get(f"{site.base}/console/users/bob")
+    assert browser.current_url == f"{site.base}/console/users/bob?agent="
+    assert "Prefers green tea" in texts(all_css(browser, ".fact-text"))
+
+
+def test_a_search_counts_what_it_shows(browser, site):
+    sign_in(browser, site, site.admin)
+    browser.get(f"{site.base}/console/users/alice?agent=coder")
+    total = len(all_css(browser, ".fact"))
+    assert by_css(browser, "#fact-count").text == f"({total})"
+    search = by_css(browser, "#fact-search")
+    search.send_keys("billing")
+    follow(browser, by_css(browser, "#filter"))
+    assert texts(all_css(browser, ".fact-text")) == ["Works on billing at Acme"]
+    assert by_css(browser, "#fact-count").text == f"(1 of {total})"
+    shot(browser, site, "memory-search")
+
+
+def test_times_read_as_dates_with_the_full_time_on_hover(browser, site):
+    sign_in(browser, site, site.admin)
+    for path in ("/console/users", "/console/requests", "/console/keys", "/console/queue"):
+        browser.get(f"{site.base}{path}")
+        shown = all_css(browser, "main time")
+        assert shown or all_css(browser, "#no-updates"), path
+        for moment in shown:
+            assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", moment.text), moment.text
+            title = moment.get_attribute("title")
+            assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", title), title
+            assert title.replace("T", " ").startswith(moment.text.removesuffix(" UTC"))
+    assert "attempt(s)" not in browser.page_source and "update(s)" not in browser.page_source
+
+
+def test_the_request_log_fits_without_cutting_the_request_id(browser, site):
+    sign_in(browser, site, site.admin)
+    browser.get(f"{site.base}/console/requests")
+    box = by_css(browser, "#requests").find_element("xpath", "..")
+    assert browser.execute_script(
+        "return arguments[0].scrollWidth <= arguments[0].clientWidth", box
+    )
+    ids = all_css(browser, "#requests td.request-id code")
+    assert ids and all(re.fullmatch(r"[0-9a-f]{32}|[\w.:-]{1,64}", i.text) for i in ids)
+    right = browser.execute_script("return arguments[0].getBoundingClientRect().right", box)
+    for element in ids[:5]:
+        edge = browser.execute_script("return arguments[0].getBoundingClientRect().right", element)
+        assert edge <= right, (edge, right)
+    shot(browser, site, "requests-desktop")
+
+
+def test_failures_are_console_pages_titled_for_what_failed(browser, site):
+    sign_in(browser, site, site.admin)
+    browser.get(f"{site.base}/console/no/such/page")
+    assert browser.title == "Page not found · memory_sql console"
+    assert by_css(browser, "#failure").text == "Page not found"
+    assert "/console/no/such/page" in by_css(browser, "#message").text
+    assert all_css(browser, "nav a[href='/console/users']")  # the console's own page
+    assert '{"detail"' not in browser.page_source and '{"error"' not in browser.page_source
+    with httpx.Client(base_url=site.base) as http:
+        page = http.get("/console/nope")
+        assert page.status_code == 404 and page.headers["content-type"].startswith("text/html")
+        assert http.get("/console/static/console.css").status_code == 200
+    shot(browser, site, "not-found")
+    browser.get(f"{site.base}/console/users/nobody")
+    assert browser.title == "No such user · memory_sql console"
+    sign_in(browser, site, site.reader)
+    browser.get(f"{site.base}/console/keys")
+    assert browser.title == "Not allowed · memory_sql console"
+    assert "Not done" not in browser.page_source
+
+
+def _fills(browser) -> dict[str, set[str]]:
+    """Each series' colour on the reports page: {colour: the series names drawn in it}."""
+    found: dict[str, set[str]] = {}
+    for rect in all_css(browser, ".charts svg rect"):
+        name = (rect.get_attribute("class") or "").split()[0].removeprefix("series-")
+        fill = browser.execute_script("return getComputedStyle(arguments[0]).fill", rect)
+        found.setdefault(fill, set()).add(name)
+    return found
+
+
+def test_reports_use_one_colour_per_meaning_and_label_the_days(browser, site):
+    sign_in(browser, site, site.admin)
+    browser.get(f"{site.base}/console/reports?days=30")
+    fills = _fills(browser)
+    assert {"failed", "completion"} <= set().union(*fills.values())
+    for fill, names in fills.items():
+        assert len(names) == 1, (fill, names)  # never two meanings in one colour
+    for chart in ("activity", "calls", "tokens"):
+        days = texts(all_css(browser, f"#chart-{chart} text.day"))
+        assert 5 <= len(days) <= 7 and len(set(days)) == len(days), days
+        assert all(re.fullmatch(r"\d{4}-\d\d-\d\d", day) for day in days)
+        spans = [
+            browser.execute_script(
+                "const r = arguments[0].getBoundingClientRect(); return [r.left, r.right]", label
+            )
+            for label in all_css(browser, f"#chart-{chart} text.day")
+        ]
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False)), (
+            spans
+        )  # none overlaps
+    select = by_css(browser, "#days").rect
+    button = by_css(browser, "#show").rect
+    assert 0 <= button["x"] - (select["x"] + select["width"]) < 24, (select, button)
+    assert abs(button["y"] - select["y"]) < 12
+
+    # beta has no LLM call: the tokens chart's axis reads 0, not a made-up 1.
+    sign_in(browser, site, site.beta)
+    browser.get(f"{site.base}/console/reports")
+    assert texts(all_css(browser, "#chart-tokens text.tick")) == ["0"]
+    assert "1 memory" in by_css(browser, "#totals").text
+    assert "1 memories" not in by_css(browser, "#totals").text
+    shot(browser, site, "reports-beta")

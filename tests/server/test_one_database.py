@@ -88,5 +88,5 @@ def test_the_worker_names_its_database_and_logs_one_line_a_record_to_a_file(tmp_
     assert f"database sqlite:///{database}" in started
     (warning,) = [line for line in text.splitlines() if "no memory LLM model" in line]
     assert "WARNING memory_sql.service:" in warning
-    assert "OPENAI_MODEL" in warning and warning.rstrip().endswith("runs them again")
+    assert "OPENAI_MODEL" in warning and warning.rstrip().endswith("shows them)")
     assert len(warning) > 80

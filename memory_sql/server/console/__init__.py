@@ -9,8 +9,9 @@ from pathlib import Path
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from fastapi.staticfiles import StaticFiles
+from starlette.concurrency import run_in_threadpool
 
-from .pages import Refused, SignInNeeded, redirect, render, router
+from .pages import Console, Refused, SignInNeeded, failure_page, redirect, router, signed_in
 from .sessions import Sessions
 
 STATIC = Path(__file__).parent / "static"
@@ -27,12 +28,26 @@ def install(app: FastAPI) -> None:
         return redirect("/console/login")
 
     @app.exception_handler(Refused)
-    async def _refused(_request: Request, exc: Refused) -> Response:
-        return render("error.html", exc.status, console=None, message=exc.message)
+    async def _refused(request: Request, exc: Refused) -> Response:
+        return failure_page(await _console_of(request), exc.status, exc.message)
+
+    # After the static files' mount: a path no page answers gets the console's own 404.
+    @app.api_route("/console/{path:path}", methods=["GET", "POST"], include_in_schema=False)
+    async def _no_such_page(request: Request, path: str) -> Response:
+        message = f"the console has no page at /console/{path}"
+        return failure_page(await _console_of(request), 404, message, "Page not found")
 
     @app.get("/", include_in_schema=False)
     async def _root() -> Response:
         return redirect("/console")
+
+
+async def _console_of(request: Request) -> Console | None:
+    """The request's signed-in console (for the page's navigation), or None."""
+    try:
+        return await run_in_threadpool(signed_in, request)
+    except SignInNeeded:
+        return None
 
 
 __all__ = ["install"]

@@ -4,9 +4,11 @@ fact's history, the queue, reports, keys and the request log.
 Every page but the sign-in needs a session (:mod:`.sessions`); its key is checked again on
 each request, its tenant is the key's (an operator key's: the one named at sign-in), and all
 database work runs inside ``caller.acting()``, as the API's routes do. A POST needs the
-session's CSRF token and a same-origin ``Origin``/``Referer``; a change refused by the
-library (a stale version, a duplicate fact, bad input) is shown on the page with the status
-the API would answer.
+session's CSRF token and a same-origin ``Origin``/``Referer``; a change done answers 303 to
+the page it changed, which says what was done once (a reload posts nothing again); a change
+refused by the library (a stale version, a duplicate fact, bad input) is shown on the page with
+the status the API would answer. A failure page is titled for what failed; a path with no page
+gets the console's own 404 (:mod:`memory_sql.server.console`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import json
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Annotated, Any, TypeVar
 from urllib.parse import quote
 
@@ -73,7 +76,38 @@ _templates = Environment(
     lstrip_blocks=True,
 )
 _templates.filters["q"] = lambda text: quote(str(text), safe="")
-_templates.filters["when"] = lambda moment: format_timestamp(moment) if moment else ""
+
+
+def when(moment: datetime | str | None) -> Markup:
+    """A moment as ``2026-12-04 10:31:05 UTC``, the full ISO form in its ``title`` (an ISO
+    text is read first; a text that is not one is shown as it is)."""
+    if not moment:
+        return Markup("")
+    if isinstance(moment, str):
+        try:
+            moment = datetime.fromisoformat(moment.replace("Z", "+00:00"))
+        except ValueError:
+            return escape(moment)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    iso = format_timestamp(moment)
+    shown = moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return Markup('<time datetime="{0}" title="{0}">{1}</time>').format(iso, shown)
+
+
+def counted(count: int, noun: str) -> str:
+    """``1 memory``, ``2 memories``: ``noun`` is the plural, made singular for one (its
+    last word; ``_`` read as a space, ``llm`` as ``LLM``)."""
+    words = noun.replace("_", " ").replace("llm", "LLM").split(" ")
+    if count == 1 and words[-1].endswith("ies"):
+        words[-1] = words[-1][:-3] + "y"
+    elif count == 1 and words[-1].endswith("s"):
+        words[-1] = words[-1][:-1]
+    return f"{count:,} {' '.join(words)}"
+
+
+_templates.filters["when"] = when
+_templates.globals["counted"] = counted
 _templates.globals["csrf"] = lambda console: Markup(
     f'<input type="hidden" name="csrf" value="{escape(console.session.csrf)}">'
 )
@@ -116,9 +150,42 @@ class Console:
         if not self.caller.key.allows(role):
             raise Refused(403, f"this key's role ({self.caller.key.role}) cannot {role}")
 
+    def failure(self, status: int, message: str, title: str | None = None) -> HTMLResponse:
+        """The page saying what failed: ``title`` (else one for ``status``) and ``message``."""
+        return failure_page(self, status, message, title)
+
     def page(self, template: str, status: int = 200, **values: Any) -> HTMLResponse:
         nav = _NAV.get(template, template.removesuffix(".html"))
+        if values.get("notice") is None and values.get("error") is None:
+            values["notice"], self.session.notice = self.session.notice, None
         return render(template, status, console=self, nav=nav, **values)
+
+    def done(self, path: str, notice: str) -> RedirectResponse:
+        """A change done: 303 to ``path`` (so a reload does not post it again), which shows
+        ``notice`` once."""
+        self.session.notice = notice
+        return redirect(path)
+
+
+FAILURE_TITLES = {
+    400: "Bad input",
+    401: "Not signed in",
+    403: "Not allowed",
+    404: "Not found",
+    409: "Changed meanwhile",
+    413: "Too large",
+    422: "Bad input",
+}
+
+
+def failure_page(
+    console: Console | None, status: int, message: str, title: str | None = None
+) -> HTMLResponse:
+    """The console's page for a request that failed with ``status``, titled for what failed
+    (``title``, else by the status) and saying why (``message``)."""
+    heading = title or FAILURE_TITLES.get(status, "Failed" if status >= 500 else "Not done")
+    values = {"console": console, "message": message, "title": heading, "nav": None}
+    return render("error.html", status, **values)
 
 
 def render(template: str, status: int = 200, **values: Any) -> HTMLResponse:
@@ -135,7 +202,7 @@ def _sessions(request: Request) -> Sessions:
     return sessions
 
 
-def _signed_in(request: Request) -> Console:
+def signed_in(request: Request) -> Console:
     session_id = request.cookies.get(COOKIE)
     session = _sessions(request).get(session_id)
     if session is None:
@@ -150,7 +217,7 @@ def _signed_in(request: Request) -> Console:
     return Console(request, state, Caller(key, session.tenant_id), session)
 
 
-SignedIn = Annotated[Console, Depends(_signed_in)]
+SignedIn = Annotated[Console, Depends(signed_in)]
 
 
 def _posted(console: SignedIn, csrf: Annotated[str, Form()] = "") -> Console:
@@ -187,7 +254,7 @@ def _scope(console: Console, user_id: str, agent: str | None) -> Scope | Respons
     scope, problem, code = _attempt(
         lambda: Scope.of(user_id=user_id, agent_name=agent, tenant_id=tenant)
     )
-    return console.page("error.html", code, message=problem) if scope is None else scope
+    return console.failure(code, problem or "", "Bad user or agent") if scope is None else scope
 
 
 # Signing in and out -----------------------------------------------------------------------
@@ -264,19 +331,42 @@ def users(console: SignedIn, q: str = "") -> Response:
     return _users_page(console, q)
 
 
-def _users_page(console: Console, q: str = "", notice: str | None = None) -> Response:
+def _users_page(console: Console, q: str = "") -> Response:
     with console.caller.acting():
         found = ops.list_users(
             console.state.engine, tenant_id=console.caller.tenant_id, contains=q, limit=200
         )
-    return console.page("users.html", users=found, q=q, notice=notice)
+    return console.page("users.html", users=found, q=q)
 
 
 @router.get("/users/{user_id}")
 def memory(
-    console: SignedIn, user_id: str, agent: str = "", q: str = "", category: str = ""
+    console: SignedIn, user_id: str, agent: str | None = None, q: str = "", category: str = ""
 ) -> Response:
+    if agent is None:  # the user, not one of their memories: find the one to show
+        return _user_page(console, user_id)
     return _memory_page(console, user_id, _agent(agent), q=q, category=category)
+
+
+def _user_page(console: Console, user_id: str) -> Response:
+    """The user's memory when there is one to open (their only agent's, or the only one
+    holding facts), else the page listing their agents."""
+    caller = console.caller
+    with caller.acting():
+        found = ops.list_users(console.state.engine, tenant_id=caller.tenant_id, user_id=user_id)
+    if not found:
+        return console.failure(404, f"no memory of user {user_id!r}", "No such user")
+    user = found[0]
+    with_facts = [a for a, n in zip(user.agents, user.agent_facts, strict=True) if n]
+    if len(user.agents) == 1 or len(with_facts) == 1:
+        chosen = user.agents[0] if len(user.agents) == 1 else with_facts[0]
+        return redirect(_memory_path(user.user_id, chosen))
+    agents = list(zip(user.agents, user.agent_facts, strict=True))
+    return console.page("agents.html", user=user, agents=agents)
+
+
+def _memory_path(user_id: str, agent: str | None) -> str:
+    return f"/console/users/{quote(user_id, safe='')}?agent={quote(agent or '', safe='')}"
 
 
 def _memory_page(
@@ -309,7 +399,7 @@ def _memory_page(
             )
             facts = [record.fact for record in found]
     if doc.version == 0 and not summary:
-        return console.page("error.html", 404, message=f"no memory of user {user_id!r}")
+        return console.failure(404, f"no memory of user {user_id!r}", "No such user")
     category = category.strip()
     if category:
         facts = [fact for fact in facts if fact.category == category]
@@ -418,10 +508,10 @@ def _change_fact(
             )
 
     result, error, status = _attempt(change)
-    notice = None
-    if result is not None:
-        notice = f"fact {done}: {result.fact.content} (memory version {result.version})"
-    return _memory_page(console, user_id, _agent(agent), notice=notice, error=error, status=status)
+    if result is None:
+        return _memory_page(console, user_id, _agent(agent), error=error, status=status)
+    notice = f"fact {done}: {result.fact.content} (memory version {result.version})"
+    return console.done(_memory_path(user_id, _agent(agent)), notice)
 
 
 @router.get("/users/{user_id}/facts/{fact_id}/history")
@@ -434,7 +524,7 @@ def fact_history(console: SignedIn, user_id: str, fact_id: str, agent: str = "")
         events, _ = history.change_log(console.state.engine, scope, fact_id=fact_id, limit=500)
         doc = redacted_document(console.state.storage.load(**scope.arguments()))
     if not events:
-        return console.page("error.html", 404, message=f"no history of fact {fact_id!r}")
+        return console.failure(404, f"no history of fact {fact_id!r}", "No such fact")
     current = next((fact for fact in doc.facts if fact.id == fact_id), None)
     texts = [(key, label) for key, label in HISTORY_TEXTS if any(key in e for e in events)]
     extra = sorted({key for e in events for key in e} - _EVENT_FIELDS - {k for k, _ in texts})
@@ -460,7 +550,7 @@ def export_memory(console: SignedIn, user_id: str, agent: str = "") -> Response:
     with caller.acting():
         doc = redacted_document(console.state.storage.load(**scope.arguments()))
     if doc.version == 0:
-        return console.page("error.html", 404, message=f"no memory of user {user_id!r}")
+        return console.failure(404, f"no memory of user {user_id!r}", "No such user")
     name = f"{scope.user_id}-{scope.agent_name or 'no-agent'}.memory.json"
     return Response(
         json.dumps(doc.to_deerflow(), ensure_ascii=False, indent=2),
@@ -485,8 +575,8 @@ def forget(console: Posted, user_id: str, confirm: Annotated[str, Form()] = "") 
     deleted, problem, code = _attempt(apply)
     if deleted is None:
         return _memory_page(console, user_id, None, error=problem, status=code)
-    counts = ", ".join(f"{count} {table}" for table, count in deleted.items())
-    return _users_page(console, notice=f"forgot {user_id}: deleted {counts}")
+    counts = ", ".join(counted(count, table) for table, count in deleted.items())
+    return console.done("/console/users", f"forgot {user_id}: deleted {counts}")
 
 
 # The queue ----------------------------------------------------------------------------------
@@ -540,14 +630,14 @@ def _queue_change(
             return change(console.state.engine, keys, tenant_id=caller.tenant_id)
 
     result, error, status = _attempt(apply)
-    notice = None
-    if result is not None:
-        if result.changed and done == "requeued":
-            console.state.service.worker.notify(utcnow())
-        notice = f"{done} {len(result.changed)} update(s)"
-        if result.running:
-            notice += f"; {len(result.running)} running now, left alone"
-    return _queue_page(console, notice, error, status)
+    if result is None:
+        return _queue_page(console, None, error, status)
+    if result.changed and done == "requeued":
+        console.state.service.worker.notify(utcnow())
+    notice = f"{done} {counted(len(result.changed), 'updates')}"
+    if result.running:
+        notice += f"; {len(result.running)} running now, left alone"
+    return console.done("/console/queue", notice)
 
 
 # Reports ------------------------------------------------------------------------------------

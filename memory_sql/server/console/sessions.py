@@ -44,6 +44,7 @@ class Session:
     csrf: str
     opened: float
     seen: float
+    notice: str | None = None  # what a change did, shown once by the page it redirects to
 
 
 class Sessions:

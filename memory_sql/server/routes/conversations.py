@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -13,7 +13,7 @@ from ...errors import MemorySQLError
 from ...intake.messages import Message, normalize_messages
 from ...service import MemoryService
 from ..auth import Writer
-from ..errors import ApiError, error_responses
+from ..errors import ApiError, error_responses, warning_header
 from ..state import State
 
 router = APIRouter(
@@ -44,7 +44,7 @@ class Conversation(BaseModel):
     summary="Queue a finished conversation for the memory update",
     responses={200: {"description": "Nothing to learn from (no user and assistant turn)"}},
 )
-def queue_conversation(body: Conversation, caller: Writer, state: State) -> Any:
+def queue_conversation(body: Conversation, caller: Writer, state: State, response: Response) -> Any:
     messages = checked_messages(body.messages, state.config.server)
     with caller.acting():
         answer = queue_checked(
@@ -56,7 +56,14 @@ def queue_conversation(body: Conversation, caller: Writer, state: State) -> Any:
             tenant_id=caller.tenant_id,
             immediate=body.immediate,
         )
-    return answer if answer["queued"] else JSONResponse(answer, status_code=200)
+    if not answer["queued"]:
+        return JSONResponse(answer, status_code=200)
+    waiting = state.waiting_for_model
+    if waiting is not None:  # issue 34: kept, but nothing learns from it until a model is set
+        answer["due"] = "when a memory LLM model is configured"
+        answer["warning"] = waiting
+        response.headers["Warning"] = warning_header(waiting)
+    return answer
 
 
 def queue_checked(
