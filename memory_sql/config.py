@@ -69,7 +69,7 @@ OPENAI_FALLBACKS = {
 _STORAGE_FORM_KEYS = ("use", "url", "path")
 _CLASS_PATH = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*[:.][A-Za-z_]\w*")
 _SECRET = "**********"
-_URL_FIELDS = ("storage", "llm_base_url")  # shown through database.redacted
+_URL_FIELDS = ("storage", "llm_base_url", "embedding_base_url")  # shown through database.redacted
 # Where each key's value came from, for error messages of the build in progress.
 _ORIGINS: ContextVar[Mapping[str, str] | None] = ContextVar("memory_sql_origins", default=None)
 
@@ -346,6 +346,101 @@ class MemoryConfig(BaseModel):
     server_max_connections: int = Field(1000, ge=1, le=1_000_000)
     server_max_header_bytes: int = Field(65536, ge=1024, le=16 * 1024 * 1024)
 
+    # Semantic recall (issue #31): embeddings, the hybrid ranking, the semantic dedupe ----------
+    embedding_base_url: str | None = Field(
+        None,
+        description="an OpenAI-compatible endpoint serving /embeddings (e.g. "
+        "http://127.0.0.1:8088/v1); with embedding_model set, facts get vectors and recall "
+        "ranks by meaning too (docs/semantic-recall.md). Unset: lexical ranking only.",
+    )
+    embedding_model: str | None = Field(
+        None, description="the embedding model's name at that endpoint; vectors are kept per model"
+    )
+    embedding_api_key: SecretStr | None = Field(
+        None, description="the endpoint's API key (none sent when unset)"
+    )
+    embedding_dimensions: int | None = Field(
+        None,
+        ge=1,
+        le=65536,
+        description="ask the model for vectors of this length (models that can shorten them); "
+        "unset: the model's own",
+    )
+    embedding_timeout_seconds: float = Field(
+        30.0, gt=0, le=600, description="the deadline of one batch embedded by the worker"
+    )
+    embedding_batch_size: int = Field(
+        64, ge=1, le=2048, description="facts embedded per request by the worker"
+    )
+    embedding_query_timeout_seconds: float = Field(
+        0.3,
+        gt=0,
+        le=30,
+        description="the deadline of a query's embedding in a context or search; past it, "
+        "the ranking is lexical (counted)",
+    )
+    embedding_retry_seconds: float = Field(
+        5.0,
+        gt=0,
+        le=3600,
+        description="the first wait after a failed embedding pass; doubled at each failure "
+        "in a row, up to 64 times it",
+    )
+    embedding_interval_seconds: float = Field(
+        60.0,
+        gt=0,
+        le=86400,
+        description="how often the worker looks for facts lacking a vector in every memory "
+        "(those of an update are embedded right after its save)",
+    )
+    recall_semantic_weight: float = Field(
+        1.0,
+        ge=0,
+        le=100,
+        description="the weight of the vector ranking beside the text ranking in the "
+        "reciprocal-rank fusion (0: lexical only)",
+    )
+    dedupe_cosine: float = Field(
+        0.9,
+        gt=0,
+        le=1,
+        description="a new fact whose vector has at least this cosine with a live fact of "
+        "the same memory confirms that fact instead of being added (1: off)",
+    )
+
+    @field_validator("embedding_base_url", "embedding_model", "embedding_api_key", mode="before")
+    @classmethod
+    def _blank_embedding_text(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return value.strip() or None
+        return value
+
+    @field_validator(
+        "embedding_dimensions",
+        "embedding_timeout_seconds",
+        "embedding_batch_size",
+        "embedding_query_timeout_seconds",
+        "embedding_retry_seconds",
+        "embedding_interval_seconds",
+        "recall_semantic_weight",
+        "dedupe_cosine",
+        mode="before",
+    )
+    @classmethod
+    def _embedding_numbers(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ValueError("a boolean is not a number")
+        if isinstance(value, str) and not value.strip():
+            return None
+        return value
+
+    @property
+    def embeddings_enabled(self) -> bool:
+        """True when an embedding endpoint and model are configured."""
+        return self.embedding_base_url is not None and self.embedding_model is not None
+
+    # (end of the semantic recall block) -----------------------------------------------------
+
     def reply_token_limit(self) -> int:
         """The ``max_tokens`` of a memory-LLM call: ``llm_max_tokens``, or by default what a
         full reply can need: as much as the memory can show in a prompt
@@ -468,6 +563,7 @@ class MemoryConfig(BaseModel):
         parameter)."""
         data = self.model_dump(mode="json")
         data["llm_api_key"] = _SECRET if self.llm_api_key is not None else None
+        data["embedding_api_key"] = _SECRET if self.embedding_api_key is not None else None
         for name in _URL_FIELDS:
             if data[name] is not None:
                 data[name] = redacted(data[name])

@@ -28,6 +28,7 @@ import hashlib
 import logging
 import os
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from datetime import date, datetime, timedelta
@@ -39,6 +40,7 @@ from sqlalchemy.engine import Engine
 from . import migrations
 from .config import MemoryConfig
 from .database import check_writable, create_engine
+from .embeddings import Embedder
 from .errors import LeaseLostError, MemorySQLError, SpoolFullError
 from .intake import KeptConversation, take_conversation
 from .models import MemoryDocument, utcnow
@@ -48,10 +50,12 @@ from .queue.manage import QueueChange, QueuedUpdate, UpdateKey
 from .recall.context import Recall
 from .scope import Scope, check_thread_id
 from .storage import FileStorage, MemoryStorage, SQLStorage, load_storage_class
+from .storage.vectors import FactVectors
 from .tenancy import acting_for
 from .tokens import make_token_counter
 from .update import watermark
 from .update.budget import LLMBudget
+from .update.embedding import EmbeddingPass, EmbeddingWorker
 from .update.llm import LLMClient
 from .update.parser import MemoryUpdate
 from .update.prompt import split_conversation
@@ -120,7 +124,25 @@ class MemoryService:
         self.counter = make_token_counter(
             self.config.token_counting, self.config.tiktoken_encoding_file
         )
-        self.recall = Recall(self.config, self.storage, self.counter)
+        # Semantic recall (issue #31): vectors of facts, embedded after each update's save.
+        self.embedder = Embedder.from_config(self.config)
+        self.vectors = (
+            FactVectors(self.storage.engine, self.embedder.key)
+            if self.embedder is not None and isinstance(self.storage, SQLStorage)
+            else None
+        )
+        self.embedding = (
+            EmbeddingWorker(
+                EmbeddingPass(self.embedder, self.vectors),
+                interval_seconds=self.config.embedding_interval_seconds,
+                retry_seconds=self.config.embedding_retry_seconds,
+            )
+            if self.embedder is not None and self.vectors is not None
+            else None
+        )
+        self.recall = Recall(
+            self.config, self.storage, self.counter, embedder=self.embedder, vectors=self.vectors
+        )
         self.worker = UpdateWorker(
             self.queue,
             self._run,
@@ -164,6 +186,8 @@ class MemoryService:
         if start:
             self._warn_if_no_model()
             self.worker.start()
+            if self.embedding is not None:
+                self.embedding.start()
             if self.config.closed_fact_retention_days > 0:
                 self.worker.every(self.config.purge_interval_seconds, self.purge_closed, "purge")
 
@@ -365,7 +389,10 @@ class MemoryService:
         """
         self._warn_if_no_model()
         self.spool.write()
+        started = time.monotonic()
         done = self.worker.flush(timeout)
+        if self.embedding is not None and done:  # the saved facts' vectors too
+            done = self.embedding.wait_idle(max(timeout - (time.monotonic() - started), 0.0))
         return done and len(self.spool) == 0
 
     def rejections(self) -> dict[str, int]:
@@ -408,6 +435,7 @@ class MemoryService:
             "over_budget": self.budget.refused,
             "problems": self._problems,
             **self._llm_usage,
+            **(self.embedder.stats.snapshot() if self.embedder is not None else {}),
         }
 
     # the queue, by hand ----------------------------------------------------------------------
@@ -477,11 +505,15 @@ class MemoryService:
         self._closed = True
         self.spool.close()
         self.recall.close()
+        if self.embedding is not None:
+            self.embedding.stop(min(timeout, 5.0))
         finished = self.worker.stop(timeout)
         if not finished:
             logger.warning("memory_sql: closed with updates still running; they finish alone")
             return False
         self.updater.close()
+        if self.embedder is not None:
+            self.embedder.close()
         if self._owns_storage:
             self.storage.close()
         for engine in self._owned_engines:
@@ -534,7 +566,10 @@ class MemoryService:
 
     def _run(self, item: PendingUpdate) -> RunOutcome:
         with acting_for(item.scope.tenant_id):
-            return self._run_for_tenant(item)
+            outcome = self._run_for_tenant(item)
+        if outcome.ok and self.embedding is not None:  # after the save, outside its transaction
+            self.embedding.request(item.scope)
+        return outcome
 
     def _run_for_tenant(self, item: PendingUpdate) -> RunOutcome:
         if item.reply is None and self.budget.limited:  # a stored reply needs no LLM call

@@ -172,3 +172,20 @@ def private_pg() -> Iterator[object]:
         yield cluster
     finally:
         cluster.close()
+
+
+@pytest.fixture(scope="session")
+def embedding_server() -> Iterator[object]:
+    """The real all-MiniLM-L6-v2 behind a real ``/v1/embeddings`` server on 127.0.0.1
+    (``memory_sql.demo.embeddings_server``), loaded once per test process. Without the model
+    package the test skips, except under CI=true, where it fails (``make`` installs it)."""
+    try:
+        from memory_sql.demo.embeddings_server import EmbeddingsServer, MiniLM
+
+        model = MiniLM()
+    except ImportError as exc:
+        if IN_CI:
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
+    with EmbeddingsServer(model) as server:
+        yield server
