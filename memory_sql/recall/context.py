@@ -119,7 +119,7 @@ class Recall:
             return []
         if not text.strip():
             return []
-        ids, rows = self.vectors.matrix(scope, doc.facts)
+        ids, rows = self.vectors.matrix(scope, doc.facts, doc.version)
         if not ids:
             return []
         vector = self.embedder.embed_query(text)

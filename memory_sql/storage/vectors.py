@@ -59,6 +59,8 @@ class _Memory:
     vectors: dict[str, tuple[str, Any]]  # fact id → (content, vector)
     checked: dict[str, float]  # fact id → when it was last found without a vector
     stacked: tuple[Any, list[str], Any] | None = None  # (key, fact ids, matrix)
+    fingerprint: tuple[Any, ...] | None = None  # of the facts the stack was last checked for
+    fresh_until: float = 0.0  # till then, facts of that fingerprint need no check
 
 
 class FactVectors:
@@ -73,9 +75,13 @@ class FactVectors:
 
     # reading ---------------------------------------------------------------------------------
 
-    def matrix(self, scope: Scope, facts: Sequence[Fact]) -> tuple[list[str], Any]:
-        """The ids of ``facts`` (a memory's live facts) that have a vector of their current
-        text, and those vectors stacked (a float32 array, one row each).
+    def matrix(
+        self, scope: Scope, facts: Sequence[Fact], version: int | None = None
+    ) -> tuple[list[str], Any]:
+        """The ids of ``facts`` (a memory's live facts, at its stored ``version`` when known)
+        that have a vector of their current text, and those vectors stacked (a float32 array,
+        one row each). Given the ``version``, facts of a version already checked are not
+        checked again (while some lack a vector, for :data:`RECHECK_SECONDS`).
 
         Raises:
             StorageError: the database could not be read.
@@ -84,6 +90,7 @@ class FactVectors:
 
         key = (scope.tenant_id, scope.user_id, scope.agent_key)
         now = time.monotonic()
+        fingerprint = _fingerprint(version, facts)
         with self._lock:
             memory = self._cache.get(key)
             if memory is None:
@@ -92,6 +99,13 @@ class FactVectors:
                     self._cache.popitem(last=False)
             else:
                 self._cache.move_to_end(key)
+            if (
+                memory.stacked is not None
+                and fingerprint is not None
+                and memory.fingerprint == fingerprint
+                and now < memory.fresh_until
+            ):
+                return memory.stacked[1], memory.stacked[2]
             wanted = [
                 fact
                 for fact in facts
@@ -115,6 +129,9 @@ class FactVectors:
                 for fact in facts
                 if (held := memory.vectors.get(fact.id)) is not None and held[0] == fact.content
             ]
+            complete = len(ids) == len(facts)
+            memory.fingerprint = fingerprint
+            memory.fresh_until = float("inf") if complete else now + RECHECK_SECONDS
             stacked = memory.stacked
             if stacked is not None and stacked[0] == ids:
                 return stacked[1], stacked[2]
@@ -260,6 +277,14 @@ class FactVectors:
         ):
             count = sa.select(sa.func.count()).select_from(_UNEMBEDDED_ROWS.subquery())
             return conn.execute(count, {"model": self.model}).scalar_one()
+
+
+def _fingerprint(version: int | None, facts: Sequence[Fact]) -> tuple[Any, ...] | None:
+    """What tells one loaded state of a memory from another, cheaply: its version (a save
+    moves it on) and a few of its facts (a memory forgotten and made again restarts it)."""
+    if version is None or not facts:
+        return None
+    return (version, len(facts), facts[0].id, facts[len(facts) // 2].id, facts[-1].id)
 
 
 def _encoded(vector: Any) -> bytes:
