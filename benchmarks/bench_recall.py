@@ -224,6 +224,64 @@ class Embeddings:
 
 
 EMBEDDINGS = Embeddings()
+RESTATEMENTS = Path(__file__).resolve().parent / "recall_data" / "restatements.json"
+DEDUPE_THRESHOLDS = (0.80, 0.85, 0.88, 0.90, 0.92, 0.95)
+
+
+def dedupe_figures(data: dict[str, Any]) -> None:
+    """The semantic dedupe's threshold on this data: of hand-written restatements of facts
+    (recall_data/restatements.json), how many reach their fact's cosine (caught), and of the
+    data set's facts, all distinct, how many have another fact at that cosine (each would be
+    merged into it were it new)."""
+    import numpy as np
+
+    from memory_sql.embeddings import Embedder
+    from memory_sql.update.dedupe import particulars_agree
+
+    by_id = {f["id"]: f["content"] for f in data["facts"]}
+    pairs = json.loads(RESTATEMENTS.read_text(encoding="utf-8"))["restatements"]
+    embedder = Embedder(base_url=EMBEDDINGS.server.base_url, model=EMBEDDING_MODEL)
+    try:
+        new = embedder.embed(list(pairs.values()))
+    finally:
+        embedder.close()
+    ids = [f["id"] for f in data["facts"] if f["content"] in EMBEDDINGS.by_text]
+    rows = np.stack([EMBEDDINGS.by_text[by_id[i]] for i in ids])
+    position = {fact_id: n for n, fact_id in enumerate(ids)}
+    to_own = np.array([rows[position[i]] @ v for i, v in zip(pairs, new, strict=True)])
+    best = (new @ rows.T).argmax(axis=1)
+    right = np.array([ids[b] == i for b, i in zip(best, pairs, strict=True)])
+    agree = np.array([particulars_agree(by_id[i], text) for i, text in pairs.items()], dtype=bool)
+    similar = rows @ rows.T
+    np.fill_diagonal(similar, -1.0)
+    neighbour = similar.argmax(axis=1)
+    nearest = similar.max(axis=1)
+    nearest_agree = np.array(
+        [particulars_agree(by_id[ids[n]], by_id[ids[m]]) for n, m in enumerate(neighbour)]
+    )
+    print(
+        f"\nsemantic dedupe on this data: {len(pairs)} restatements of facts, and the"
+        f" {len(ids)} facts (all distinct) against their nearest other fact; by cosine alone,"
+        " and with the particulars guard (numbers, names, CJK characters must agree)"
+    )
+    print(
+        f"{'cosine ≥':>9} {'caught':>8} {'merged':>17} {'caught, guard':>14} {'merged, guard':>17}"
+    )
+    for threshold in DEDUPE_THRESHOLDS:
+        caught = int(((to_own >= threshold) & right).sum())
+        merged = int((nearest >= threshold).sum())
+        caught_g = int(((to_own >= threshold) & right & agree).sum())
+        merged_g = int(((nearest >= threshold) & nearest_agree).sum())
+        print(
+            f"{threshold:>9.2f} {f'{caught}/{len(pairs)}':>8}"
+            f" {f'{merged} ({merged / len(ids):.1%})':>17} {f'{caught_g}/{len(pairs)}':>14}"
+            f" {f'{merged_g} ({merged_g / len(ids):.1%})':>17}"
+        )
+    guarded = [
+        (cosine, n) for n, cosine in enumerate(nearest) if nearest_agree[n] and cosine >= 0.85
+    ]
+    for cosine, n in sorted(guarded, reverse=True)[:4]:
+        print(f"  {cosine:.3f}: {by_id[ids[n]]!r} ~ {by_id[ids[neighbour[n]]]!r}")
 
 
 # data -----------------------------------------------------------------------------------------
@@ -940,6 +998,8 @@ def run_backend(
             f" (load average {os.getloadavg()[0]:.2f})"
         )
         goals.append((rate >= 100, f"worker embedding throughput {rate:.0f} facts/s (goal ≥ 100)"))
+        if len(EMBEDDINGS.throughput) == 1:
+            dedupe_figures(data)
     if postgres:
         analyze(urls["recall"])
     run = recall_run(urls["recall"], data, questions, missing)

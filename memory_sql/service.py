@@ -55,6 +55,7 @@ from .tenancy import acting_for
 from .tokens import make_token_counter
 from .update import watermark
 from .update.budget import LLMBudget
+from .update.dedupe import SemanticDedupe
 from .update.embedding import EmbeddingPass, EmbeddingWorker
 from .update.llm import LLMClient
 from .update.parser import MemoryUpdate
@@ -143,6 +144,10 @@ class MemoryService:
         self.recall = Recall(
             self.config, self.storage, self.counter, embedder=self.embedder, vectors=self.vectors
         )
+        if self.embedder is not None and self.vectors is not None:
+            self.updater.dedupe = SemanticDedupe(
+                self.embedder, self.vectors, self.config.dedupe_cosine
+            )
         self.worker = UpdateWorker(
             self.queue,
             self._run,
