@@ -254,3 +254,71 @@ def test_db_embed_embeds_every_fact_lacking_a_vector(embedding_server, sqlite_ur
         command, env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=60
     )
     assert unset.returncode != 0 and "embedding_base_url" in unset.stderr + unset.stdout
+
+
+def test_particulars_keep_apart_what_a_sentence_embedding_merges():
+    from memory_sql.update.dedupe import particulars_agree
+
+    assert particulars_agree(
+        "Esra Varga reports to Oscar Kowalski", "Oscar Kowalski is Esra Varga's manager"
+    )
+    assert particulars_agree(
+        "Bought running shoes from Decathlon in September 2025",
+        "Purchased running shoes at Decathlon in September 2025",
+    )
+    assert not particulars_agree(
+        "Watched Anatomy of a Fall with Jonas on 27 August 2024",
+        "Watched Anatomy of a Fall with Rui on 5 May 2025",
+    )
+    assert not particulars_agree("Sierra is written in Java", "Sierra is written in Kotlin")
+    assert not particulars_agree(
+        "深圳办公室的陈静负责Atlas的产品工作", "深圳办公室的赵敏负责Atlas的设计工作"
+    )
+
+
+def test_a_restated_fact_confirms_the_one_held_and_a_distinct_one_is_added(
+    embedding_server, db_url, llm
+):
+    held = [
+        "Bought running shoes from Decathlon in September 2025",
+        "Watched Anatomy of a Fall with Jonas on 27 August 2024",
+    ]
+    scope, ids = seeded(db_url, held)
+    said = [
+        "Purchased running shoes at Decathlon in September 2025",  # the same, reworded
+        "Watched Anatomy of a Fall with Rui on 5 May 2025",  # another evening
+    ]
+    llm.responder = lambda body: json.dumps(
+        {
+            "user": {},
+            "history": {},
+            "newFacts": [
+                {"content": c, "category": "context", "confidence": 0.9, **LABELS} for c in said
+            ],
+            "factsToRemove": [],
+        }
+    )
+    config = llm_config(
+        llm,
+        storage=db_url,
+        debounce_seconds=0.1,
+        embedding_base_url=embedding_server.base_url,
+        embedding_model="all-MiniLM-L6-v2",
+        embedding_query_timeout_seconds=5.0,
+    )
+    with MemoryService(config) as service:
+        assert service.flush(timeout=30)  # the held facts' vectors first
+        service.after_agent(
+            [
+                {"role": "user", "content": "Got new running shoes; watched a film with Rui"},
+                {"role": "assistant", "content": "Nice."},
+            ],
+            thread_id="t1",
+            **scope.arguments(),
+        )
+        assert service.flush(timeout=30)
+        doc = service.load(**scope.arguments())
+    contents = sorted(f.content for f in doc.facts)
+    assert contents == sorted([*held, said[1]])
+    shoes = next(f for f in doc.facts if f.id == ids[held[0]])
+    assert shoes.confirmation_count == 1
