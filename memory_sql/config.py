@@ -401,7 +401,7 @@ class MemoryConfig(BaseModel):
         "reciprocal-rank fusion (0: lexical only)",
     )
     dedupe_cosine: float = Field(
-        0.9,
+        0.88,
         gt=0,
         le=1,
         description="a new fact whose vector has at least this cosine with a live fact of "

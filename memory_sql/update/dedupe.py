@@ -4,7 +4,7 @@ The casefold key (:func:`~memory_sql.fact_key`) catches a fact said again in the
 :class:`SemanticDedupe` catches it said in other words. Before an update is applied, the new
 facts' texts are embedded in one request (in the worker, after the LLM's reply, outside any
 write transaction) and compared with the vectors of the memory's live facts; a new fact whose
-cosine with one of them is at least ``dedupe_cosine`` (0.9 by default; docs/semantic-recall.md
+cosine with one of them is at least ``dedupe_cosine`` (0.88 by default; docs/semantic-recall.md
 has the measurement behind it) and whose particulars agree with it (:func:`particulars_agree`:
 the same numbers, names and CJK characters) confirms that fact instead of being added, unless
 the LLM said it replaces facts (a supersession). The particulars guard the cases a sentence
@@ -30,18 +30,22 @@ from ..storage.vectors import FactVectors
 logger = logging.getLogger(__name__)
 
 _WORD = re.compile(r"[^\W_]+")
+_NUMBER = re.compile(r"\d+")
 
 
 def _particulars(text: str) -> tuple[set[str], set[str]]:
-    """The text's words (casefolded), and its particulars: numbers, capitalised words after
-    the first, and every character outside ASCII letters that is a letter (CJK and the like:
-    a model that does not read them cannot be trusted with them)."""
+    """The text's words (casefolded), and its particulars: numbers, capitalised words (names),
+    and every letter outside ASCII (CJK and the like: a model that does not read them cannot
+    be trusted with them)."""
     words = _WORD.findall(text)
-    folded = {word.casefold() for word in words}
-    special = {word.casefold() for word in words if word.isdigit()}
-    special |= {word.casefold() for word in words[1:] if word[0].isupper()}
-    special |= {char for char in text if char.isalpha() and not char.isascii()}
-    return folded | {char for char in text if char.isalpha() and not char.isascii()}, special
+    numbers = set(_NUMBER.findall(text))  # also inside CJK runs: 2026年10月18日
+    letters = {char for char in text if char.isalpha() and not char.isascii()}
+    folded = {word.casefold() for word in words} | numbers | letters
+    # A capitalised first word is a name when the next is capitalised too ("Zara Kowalski"),
+    # else the sentence's start ("Bought running shoes").
+    first = 0 if len(words) > 1 and words[0][0].isupper() and words[1][0].isupper() else 1
+    names = {word.casefold() for word in words[first:] if word[0].isupper()}
+    return folded, numbers | letters | names
 
 
 def particulars_agree(first: str, second: str) -> bool:
