@@ -397,6 +397,10 @@ class MemoryService:
         started = time.monotonic()
         done = self.worker.flush(timeout)
         if self.embedding is not None and done:  # the saved facts' vectors too
+            # A run completes its row in its save's transaction and asks for its vectors just
+            # after: the runs still finishing come first.
+            while self.worker.in_flight and time.monotonic() - started < timeout:
+                time.sleep(0.01)
             done = self.embedding.wait_idle(max(timeout - (time.monotonic() - started), 0.0))
         return done and len(self.spool) == 0
 

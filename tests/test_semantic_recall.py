@@ -19,6 +19,7 @@ from llm_server import LABELS, llm_config
 from memory_sql import MemoryConfig
 from memory_sql.embeddings import Embedder
 from memory_sql.models import Fact, MemoryDocument
+from memory_sql.ops.search import search_facts
 from memory_sql.schema import memory_fact_vectors
 from memory_sql.scope import Scope
 from memory_sql.service import MemoryService
@@ -116,6 +117,17 @@ def test_context_finds_facts_by_meaning(embedding_server, db_url):
         block = service.memory_context(**scope.arguments(), query="what pet do I have?")
         assert block.index("beagle") < block.index("peanuts")
         assert service.status()["embedding_query_fallbacks"] == 0
+        where = {
+            "tenant_id": scope.tenant_id,
+            "user_id": scope.user_id,
+            "agent_name": scope.agent_key,
+        }
+        engine = service.storage.engine
+        found = search_facts(engine, "which pet lives with me?", **where, recall=service.recall)
+        plain = search_facts(engine, "which pet lives with me?", **where)
+        assert found[0].fact.id == ids["I adopted a beagle named Max"]
+        assert len(found) < len(FACTS)  # facts far in meaning are not found
+        assert ids["I adopted a beagle named Max"] not in [r.fact.id for r in plain]
     finally:
         service.close()
         lexical.close()

@@ -16,6 +16,8 @@ from ..models import (
     format_timestamp,
     trusted_fact,
 )
+from ..recall.context import Recall
+from ..recall.ranking import fuse
 from ..schema import (
     FACT_COLUMNS,
     LIVE,
@@ -89,6 +91,7 @@ def search_facts(
     agent_name: str | None = None,
     limit: int | None = 50,
     include_closed: bool = False,
+    recall: Recall | None = None,
 ) -> list[FactRecord]:
     """Facts of every memory matching all the filters given: most relevant to ``text`` first
     when one is given, else highest confidence first.
@@ -102,6 +105,12 @@ def search_facts(
     selects the unnamed agents' memories; ``limit=None`` returns every match. Only live facts
     are searched unless ``include_closed`` (closed versions then come with their
     ``valid_to`` and ``superseded_by``).
+
+    With ``recall`` (a service's, with embeddings: docs/semantic-recall.md) and a ``text``
+    searching one memory (tenant, user and agent given, live facts), the search is hybrid as
+    a context's ranking is: the facts holding the terms and those whose cosine with the text is
+    at least :data:`SEARCH_MIN_COSINE`, fused by reciprocal rank; without vectors, or when the
+    text's embedding fails or is late, the lexical search above.
 
     Raises:
         InvalidScopeError: a tenant, user or agent filter is malformed.
@@ -130,6 +139,21 @@ def search_facts(
     if limit is not None:
         parameters["limit"] = limit
     statement = _search_statement(frozenset(parameters) | _LIVE_ONLY[include_closed])
+    one_memory = None not in (tenant_id, user_id, agent_name) and not include_closed
+    if recall is not None and recall.vectors is not None and one_memory and text and text.strip():
+        found = _search_by_meaning(recall, checked, text, category, min_confidence, limit)
+        if found is not None:
+            lexical = search_facts(
+                engine,
+                text,
+                category=category,
+                min_confidence=min_confidence,
+                tenant_id=tenant_id,
+                user_id=user_id,
+                agent_name=agent_name,
+                limit=None,
+            )
+            return _fused(lexical, found, checked, recall, limit)
     if text is not None and text.strip():
         terms = query_terms(text)
         if not terms:
@@ -168,6 +192,58 @@ _SEARCH_FILTERS = {
     "category": memory_facts.c.category == sa.bindparam("category"),
     "min_confidence": memory_facts.c.confidence >= sa.bindparam("min_confidence"),
 }
+
+
+SEARCH_MIN_COSINE = 0.3
+"""A fact is found by meaning when its cosine with the search text is at least this (for
+all-MiniLM-L6-v2, unrelated sentences score about 0.1, paraphrases 0.5 and more)."""
+
+
+def _search_by_meaning(
+    recall: Recall,
+    scope: Scope,
+    text: str,
+    category: str | None,
+    min_confidence: float | None,
+    limit: int | None,
+) -> list[tuple[Fact, float]] | None:
+    """The memory's facts close in meaning to ``text`` passing the filters, with their
+    cosines, best first; None when there is no vector to rank by (the search is lexical)."""
+    doc = recall.storage.load(**scope.arguments())
+    matches = recall.semantic_matches(doc, scope, text)
+    if not matches:
+        return None
+    by_id = {fact.id: fact for fact in doc.facts}
+    found = []
+    for fact_id, cosine in matches:
+        fact = by_id[fact_id]
+        if cosine < SEARCH_MIN_COSINE:
+            break
+        if category is not None and fact.category != category.strip().lower():
+            continue
+        if min_confidence is not None and fact.confidence < min_confidence:
+            continue
+        found.append((fact, cosine))
+    return found
+
+
+def _fused(
+    lexical: list[FactRecord],
+    semantic: list[tuple[Fact, float]],
+    scope: Scope,
+    recall: Recall,
+    limit: int | None,
+) -> list[FactRecord]:
+    facts = {record.fact.id: record.fact for record in lexical}
+    facts.update((fact.id, fact) for fact, _ in semantic)
+    order = fuse(
+        [(record.fact.id, 0.0) for record in lexical],
+        [(fact.id, cosine) for fact, cosine in semantic],
+        weight=recall.config.recall_semantic_weight,
+    )
+    agent = scope.agent_name
+    records = [FactRecord(scope.tenant_id, scope.user_id, agent, facts[i]) for i, _ in order]
+    return records if limit is None else records[:limit]
 
 
 def _record(row: Any) -> FactRecord:

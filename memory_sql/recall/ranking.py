@@ -230,4 +230,5 @@ def fuse(
             scores[fact_id] = scores.get(fact_id, 0.0) + weight * (cosine - low) / spread
     else:
         raise ValueError(f"fusion method {method!r} is not rrf or weighted")
-    return sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+    cosines = dict(semantic)  # a tie (first in one list, second in the other) goes by meaning
+    return sorted(scores.items(), key=lambda item: (-item[1], -cosines.get(item[0], -1.0), item[0]))
