@@ -103,6 +103,7 @@ class Settings:
     latency_sizes: tuple[int, ...]
     write_calls: int
     recall_only: bool = False
+    latency_only: bool = False
 
 
 FULL = Settings(questions=None, latency_calls=400, latency_sizes=SIZES, write_calls=300)
@@ -670,6 +671,8 @@ def latency(
         hybrid = None
         if EMBEDDINGS.server is not None:
             EMBEDDINGS.fill(url, user)
+            if url.startswith("postgresql"):
+                analyze(url)
             hybrid = MemoryService(
                 service.config.model_copy(update=EMBEDDINGS.settings()), start=False
             )
@@ -1002,12 +1005,13 @@ def run_backend(
             dedupe_figures(data)
     if postgres:
         analyze(urls["recall"])
-    run = recall_run(urls["recall"], data, questions, missing)
-    goals += print_recall(name, run, {f["id"]: f for f in data["facts"]})
+    if not settings.latency_only:
+        run = recall_run(urls["recall"], data, questions, missing)
+        goals += print_recall(name, run, {f["id"]: f for f in data["facts"]})
     if RANKED not in missing and not settings.recall_only:
         figures = latency(urls["recall"], data, extra, settings)
         goals += print_latency(name, figures)
-    if not settings.recall_only:
+    if not settings.recall_only and not settings.latency_only:
         w = writes({"on": urls["on"], "off": urls["off"]}, data, extra, settings)
         goals += print_writes(name, w, dropped, [to_fact(r) for r in data["facts"]])
     print(f"\n{name}: goals (targets, not failures)")
@@ -1026,7 +1030,9 @@ def main() -> int:
     settings = QUICK if "--quick" in args else FULL
     if "--recall-only" in args:
         settings = Settings(**{**settings.__dict__, "recall_only": True})
-    only = args - {"--quick", "--idle-states", "--recall-only"}
+    if "--latency-only" in args:  # the latency and the embedding figures, no recall
+        settings = Settings(**{**settings.__dict__, "latency_only": True, "write_calls": 0})
+    only = args - {"--quick", "--idle-states", "--recall-only", "--latency-only"}
     data = load_data()
     questions = data["questions"][: settings.questions]
     semantic = json.loads(SEMANTIC_DATA.read_text(encoding="utf-8"))["questions"]

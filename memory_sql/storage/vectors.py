@@ -332,21 +332,26 @@ _TOUCH = (
     )
     .values(created_at=sa.bindparam("now"))
 )
-_JOINED = memory_facts.outerjoin(
-    memory_fact_vectors,
-    sa.and_(
+_CURRENT = (
+    sa.select(v.content_digest)
+    .where(
         v.tenant_id == f.tenant_id,
         v.user_id == f.user_id,
         v.agent_name == f.agent_name,
         v.fact_id == f.fact_id,
         v.model == sa.bindparam("model"),
-    ),
+    )
+    .correlate(memory_facts)
 )
-_UNEMBEDDED_ROWS = (
-    sa.select(f.tenant_id, f.user_id, f.agent_name, f.fact_id, f.content, v.content_digest)
-    .select_from(_JOINED)
-    .where(LIVE, sa.or_(v.fact_id.is_(None), v.created_at < f.updated_at))
-)
+# Each fact's vector is one primary-key probe (a plan that holds with stale statistics too).
+_UNEMBEDDED_ROWS = sa.select(
+    f.tenant_id,
+    f.user_id,
+    f.agent_name,
+    f.fact_id,
+    f.content,
+    _CURRENT.scalar_subquery().label("stored_digest"),
+).where(LIVE, ~_CURRENT.where(v.created_at >= f.updated_at).exists())
 _UNEMBEDDED = _UNEMBEDDED_ROWS.order_by(f.tenant_id, f.user_id, f.agent_name, f.fact_id).limit(
     sa.bindparam("limit", type_=sa.Integer)
 )
