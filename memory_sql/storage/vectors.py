@@ -21,7 +21,8 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
+from itertools import groupby
 from typing import Any
 
 import sqlalchemy as sa
@@ -245,38 +246,72 @@ class FactVectors:
         of ``scope`` alone, or of every memory (by key, from after ``after``: the
         (tenant, user, agent key, fact id) of the last one of the previous batch).
 
+        The facts are read a page at a time in key order and their vectors by primary key, so
+        each page costs two index range scans whatever the planner's statistics say.
+
         Raises:
             StorageError: the database could not be read.
         """
-        statement = _UNEMBEDDED
-        params: dict[str, Any] = {"model": self.model, "limit": limit}
-        if scope is not None:
-            statement = statement.where(*_SCOPED)
-            params.update(_scope_params(scope))
-        if after is not None:
-            statement = statement.where(_AFTER)
-            params.update(zip(("a_tenant", "a_user", "a_agent", "a_fact"), after, strict=True))
+        found: list[Unembedded] = []
         tenant = scope.tenant_id if scope is not None else ALL_TENANTS
+        page = max(limit, 500)
         with (
             database_errors(self.engine, "find the facts to embed"),
             acting_for(tenant),
             self.engine.connect() as conn,
         ):
-            rows = conn.execute(statement, params).all()
-        return [
-            Unembedded(Scope.of(user_id=u, agent_name=a or None, tenant_id=t), i, c, d)
-            for t, u, a, i, c, d in rows
-        ]
+            while len(found) < limit:
+                statement = _LIVE_FACTS
+                params: dict[str, Any] = {"page": page}
+                if scope is not None:
+                    statement = statement.where(*_SCOPED)
+                    params.update(_scope_params(scope))
+                if after is not None:
+                    statement = statement.where(_AFTER)
+                    params.update(
+                        zip(("a_tenant", "a_user", "a_agent", "a_fact"), after, strict=True)
+                    )
+                rows = conn.execute(statement, params).all()
+                if not rows:
+                    break
+                for key, group in groupby(rows, key=lambda row: row[:3]):
+                    facts = list(group)
+                    held = {
+                        fact_id: (digest, made)
+                        for fact_id, digest, made in conn.execute(
+                            _VECTORS_OF,
+                            {
+                                "tenant": key[0],
+                                "user": key[1],
+                                "agent": key[2],
+                                "model": self.model,
+                                "ids": [row[3] for row in facts],
+                            },
+                        )
+                    }
+                    for t, u, a, fact_id, content, changed in facts:
+                        digest, made = held.get(fact_id, (None, None))
+                        if made is None or _naive(made) < _naive(changed):
+                            memory = Scope.of(user_id=u, agent_name=a or None, tenant_id=t)
+                            found.append(Unembedded(memory, fact_id, content, digest))
+                last = rows[-1]
+                after = (last[0], last[1], last[2], last[3])
+                if len(rows) < page:
+                    break
+        return found[:limit]
 
     def count_unembedded(self) -> int:
         """How many live facts :meth:`unembedded` would still return, in every memory."""
-        with (
-            database_errors(self.engine, "count the facts to embed"),
-            acting_for(ALL_TENANTS),
-            self.engine.connect() as conn,
-        ):
-            count = sa.select(sa.func.count()).select_from(_UNEMBEDDED_ROWS.subquery())
-            return conn.execute(count, {"model": self.model}).scalar_one()
+        return len(self.unembedded(limit=10**12))
+
+
+def _naive(moment: datetime) -> datetime:
+    """UTC without its zone (SQLite's stored times carry none)."""
+    return (
+        moment.replace(tzinfo=None)
+        if moment.tzinfo is None
+        else moment.astimezone(timezone.utc).replace(tzinfo=None)
+    )
 
 
 def _fingerprint(version: int | None, facts: Sequence[Fact]) -> tuple[Any, ...] | None:
@@ -332,28 +367,18 @@ _TOUCH = (
     )
     .values(created_at=sa.bindparam("now"))
 )
-_CURRENT = (
-    sa.select(v.content_digest)
-    .where(
-        v.tenant_id == f.tenant_id,
-        v.user_id == f.user_id,
-        v.agent_name == f.agent_name,
-        v.fact_id == f.fact_id,
-        v.model == sa.bindparam("model"),
-    )
-    .correlate(memory_facts)
+_LIVE_FACTS = (
+    sa.select(f.tenant_id, f.user_id, f.agent_name, f.fact_id, f.content, f.updated_at)
+    .where(LIVE)
+    .order_by(f.tenant_id, f.user_id, f.agent_name, f.fact_id)
+    .limit(sa.bindparam("page", type_=sa.Integer))
 )
-# Each fact's vector is one primary-key probe (a plan that holds with stale statistics too).
-_UNEMBEDDED_ROWS = sa.select(
-    f.tenant_id,
-    f.user_id,
-    f.agent_name,
-    f.fact_id,
-    f.content,
-    _CURRENT.scalar_subquery().label("stored_digest"),
-).where(LIVE, ~_CURRENT.where(v.created_at >= f.updated_at).exists())
-_UNEMBEDDED = _UNEMBEDDED_ROWS.order_by(f.tenant_id, f.user_id, f.agent_name, f.fact_id).limit(
-    sa.bindparam("limit", type_=sa.Integer)
+_VECTORS_OF = sa.select(v.fact_id, v.content_digest, v.created_at).where(
+    v.tenant_id == sa.bindparam("tenant"),
+    v.user_id == sa.bindparam("user"),
+    v.agent_name == sa.bindparam("agent"),
+    v.model == sa.bindparam("model"),
+    v.fact_id.in_(sa.bindparam("ids", expanding=True)),
 )
 _AFTER = sa.tuple_(f.tenant_id, f.user_id, f.agent_name, f.fact_id) > sa.tuple_(
     sa.bindparam("a_tenant"),
