@@ -17,12 +17,14 @@ embedder's stats); a fact without a vector yet is ranked by its text alone.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from datetime import date
 from typing import Any
 
 from ..config import MemoryConfig
 from ..embeddings import Embedder
+from ..errors import StorageError
 from ..models import MemoryDocument
 from ..scope import Scope
 from ..storage import MemoryStorage
@@ -40,6 +42,8 @@ from .ranking import (
     rank_facts,
     vector_matches,
 )
+
+logger = logging.getLogger(__name__)
 
 Query = str | Iterable[Any]
 """A query: text, or the messages of a conversation (its last user turns are used)."""
@@ -110,16 +114,18 @@ class Recall:
         self, doc: MemoryDocument, scope: Scope, text: str
     ) -> list[tuple[str, float]]:
         """The candidates of ``doc``'s facts most similar in meaning to ``text``, with their
-        cosines, best first; empty without embeddings, vectors, or a query vector in time.
-
-        Raises:
-            StorageError: the vectors could not be read.
-        """
+        cosines, best first; empty without embeddings, vectors (or when they cannot be read),
+        or a query vector in time."""
         if self.vectors is None or self.embedder is None or self.config.recall_semantic_weight <= 0:
             return []
         if not text.strip():
             return []
-        ids, rows = self.vectors.matrix(scope, doc.facts, doc.version)
+        try:
+            ids, rows = self.vectors.matrix(scope, doc.facts, doc.version)
+        except StorageError as exc:  # the text ranking does without them
+            logger.warning("memory %s: vectors unreadable, ranked by text: %s", scope, exc)
+            self.embedder.stats.add(queries=1, query_failures=1)
+            return []
         if not ids:
             return []
         vector = self.embedder.embed_query(text)
