@@ -39,7 +39,7 @@ from sqlalchemy.engine import Engine
 
 from . import migrations
 from .config import MemoryConfig
-from .database import check_writable, create_engine
+from .database import create_engine
 from .embeddings import Embedder
 from .errors import LeaseLostError, MemorySQLError, SpoolFullError
 from .intake import KeptConversation, take_conversation
@@ -51,6 +51,7 @@ from .recall.context import Recall
 from .scope import Scope, check_thread_id
 from .storage import FileStorage, MemoryStorage, SQLStorage, load_storage_class
 from .storage.vectors import FactVectors
+from .storage.writable import check_writable
 from .tenancy import acting_for
 from .tokens import make_token_counter
 from .update import watermark
