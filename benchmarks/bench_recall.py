@@ -57,6 +57,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import _blas_threads  # noqa: F401 - before numpy (rank_bm25, the embedding model)
 from _common import (
     analyze,
     fmt,
@@ -89,7 +90,10 @@ SIZES = (100, 1_000, 10_000)
 LATENCY_BUDGET = 1000
 WRITE_FACTS = 200
 UNRANKED, BM25, RANKED = "unranked", "BM25", "ranked"
-ARMS = (UNRANKED, BM25, RANKED)
+HYBRID, HYBRID_SUM = "hybrid", "hybrid-sum"
+ARMS = (UNRANKED, BM25, RANKED, HYBRID, HYBRID_SUM)
+SEMANTIC_DATA = Path(__file__).resolve().parent / "recall_data" / "semantic_questions.json"
+EMBEDDING_MODEL = "all-MiniLM-L6-v2"
 
 
 @dataclass
@@ -98,6 +102,8 @@ class Settings:
     latency_calls: int
     latency_sizes: tuple[int, ...]
     write_calls: int
+    recall_only: bool = False
+    latency_only: bool = False
 
 
 FULL = Settings(questions=None, latency_calls=400, latency_sizes=SIZES, write_calls=300)
@@ -108,13 +114,175 @@ QUICK = Settings(questions=60, latency_calls=60, latency_sizes=SIZES, write_call
 
 
 def missing_api() -> dict[str, str]:
-    """The arms this checkout cannot run, with what of issue #22's API they lack."""
+    """The arms this checkout cannot run, with what of issue #22's (and #31's) API they lack."""
     missing = {}
+    try:
+        import numpy  # noqa: F401
+
+        from memory_sql.demo.embeddings_server import model_zip
+
+        model_zip()
+    except ImportError as exc:
+        missing[HYBRID] = missing[HYBRID_SUM] = f"the local embedding model ({exc})"
     if "ranking" not in inspect.signature(format_memory_for_injection).parameters:
         missing[BM25] = "format_memory_for_injection(ranking=…)"
     if "query" not in inspect.signature(MemoryService.memory_context).parameters:
         missing[RANKED] = "MemoryService.memory_context(query=…)"
     return missing
+
+
+# embeddings (issue #31) -----------------------------------------------------------------------
+
+
+class Embeddings:
+    """The local all-MiniLM-L6-v2 behind a real /v1/embeddings server on 127.0.0.1, and the
+    facts' vectors by text (a memory saved again for another size is not embedded again)."""
+
+    def __init__(self) -> None:
+        self.server: Any = None
+        self.by_text: dict[str, Any] = {}
+        self.throughput: dict[str, tuple[int, float]] = {}
+
+    def start(self) -> None:
+        from memory_sql.demo.embeddings_server import EmbeddingsServer
+
+        self.server = EmbeddingsServer().start()
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "embedding_base_url": self.server.base_url,
+            "embedding_model": EMBEDDING_MODEL,
+            "embedding_query_timeout_seconds": 30.0,  # the bench counts every query hybrid
+        }
+
+    def worker_pass(self, name: str, url: str) -> None:
+        """Embed every fact of ``url`` as the service's worker does (EmbeddingPass), timed:
+        the worker's throughput."""
+        from memory_sql.embeddings import Embedder
+        from memory_sql.storage.vectors import FactVectors
+        from memory_sql.update.embedding import EmbeddingPass
+
+        embedder = Embedder(base_url=self.server.base_url, model=EMBEDDING_MODEL)
+        engine = create_engine(url)
+        try:
+            vectors = FactVectors(engine, embedder.key)
+            start = time.perf_counter()
+            done = EmbeddingPass(embedder, vectors).embed_all()
+            self.throughput[name] = (done, time.perf_counter() - start)
+            storage = SQLStorage(engine)
+            from memory_sql.scope import Scope
+
+            doc = storage.load(user_id=USER)
+            ids, rows = vectors.matrix(Scope.of(user_id=USER), doc.facts)
+            by_id = {f.id: f.content for f in doc.facts}
+            for fact_id, row in zip(ids, rows, strict=True):
+                self.by_text[by_id[fact_id]] = row
+        finally:
+            embedder.close()
+            engine.dispose()
+
+    def fill(self, url: str, user: str) -> None:
+        """Give every fact of ``user`` its vector, embedding only texts not seen before."""
+        from memory_sql.embeddings import Embedder
+        from memory_sql.scope import Scope
+        from memory_sql.storage.vectors import FactVectors, content_digest
+
+        embedder = Embedder(base_url=self.server.base_url, model=EMBEDDING_MODEL)
+        engine = create_engine(url)
+        try:
+            vectors = FactVectors(engine, embedder.key)
+            scope = Scope.of(user_id=user)
+            while batch := vectors.unembedded(scope=scope, limit=2000):
+                new = sorted({u.content for u in batch} - self.by_text.keys())
+                for start in range(0, len(new), 64):
+                    part = new[start : start + 64]
+                    self.by_text.update(zip(part, embedder.embed(part), strict=True))
+                vectors.write(
+                    scope,
+                    [
+                        (u.fact_id, content_digest(u.content), self.by_text[u.content])
+                        for u in batch
+                    ],
+                )
+        finally:
+            embedder.close()
+            engine.dispose()
+
+    def query_seconds(self, texts: list[str], number: int) -> list[float]:
+        """The query's embedding call alone (HTTP and the model), once per text."""
+        from memory_sql.embeddings import Embedder
+
+        embedder = Embedder(base_url=self.server.base_url, model=EMBEDDING_MODEL)
+        try:
+            turn = iter(texts * 100)
+            return time_calls(lambda: embedder.embed([next(turn)]), number=number)
+        finally:
+            embedder.close()
+
+
+EMBEDDINGS = Embeddings()
+RESTATEMENTS = Path(__file__).resolve().parent / "recall_data" / "restatements.json"
+DEDUPE_THRESHOLDS = (0.80, 0.85, 0.88, 0.90, 0.92, 0.95)
+
+
+def dedupe_figures(data: dict[str, Any]) -> None:
+    """The semantic dedupe's threshold on this data: of hand-written restatements of facts
+    (recall_data/restatements.json), how many reach their fact's cosine (caught), and of the
+    data set's facts, all distinct, how many have another fact at that cosine (each would be
+    merged into it were it new)."""
+    import numpy as np
+
+    from memory_sql.embeddings import Embedder
+    from memory_sql.update.dedupe import particulars_agree
+
+    by_id = {f["id"]: f["content"] for f in data["facts"]}
+    pairs = json.loads(RESTATEMENTS.read_text(encoding="utf-8"))["restatements"]
+    embedder = Embedder(base_url=EMBEDDINGS.server.base_url, model=EMBEDDING_MODEL)
+    try:
+        new = embedder.embed(list(pairs.values()))
+    finally:
+        embedder.close()
+    ids = [f["id"] for f in data["facts"] if f["content"] in EMBEDDINGS.by_text]
+    rows = np.stack([EMBEDDINGS.by_text[by_id[i]] for i in ids])
+    position = {fact_id: n for n, fact_id in enumerate(ids)}
+    to_own = np.array([rows[position[i]] @ v for i, v in zip(pairs, new, strict=True)])
+    best = (new @ rows.T).argmax(axis=1)
+    right = np.array([ids[b] == i for b, i in zip(best, pairs, strict=True)])
+    agree = np.array([particulars_agree(by_id[i], text) for i, text in pairs.items()], dtype=bool)
+    similar = rows @ rows.T
+    np.fill_diagonal(similar, -1.0)
+    neighbour = similar.argmax(axis=1)
+    nearest = similar.max(axis=1)
+    nearest_agree = np.array(
+        [particulars_agree(by_id[ids[n]], by_id[ids[m]]) for n, m in enumerate(neighbour)]
+    )
+    print(
+        f"\nsemantic dedupe on this data: {len(pairs)} restatements of facts, and the"
+        f" {len(ids)} facts (all distinct) against their nearest other fact; by cosine alone,"
+        " and with the particulars guard (numbers, names, CJK characters must agree)"
+    )
+    print(
+        f"{'cosine ≥':>9} {'caught':>8} {'merged':>17} {'caught, guard':>14} {'merged, guard':>17}"
+    )
+    for threshold in DEDUPE_THRESHOLDS:
+        caught = int(((to_own >= threshold) & right).sum())
+        merged = int((nearest >= threshold).sum())
+        caught_g = int(((to_own >= threshold) & right & agree).sum())
+        merged_g = int(((nearest >= threshold) & nearest_agree).sum())
+        print(
+            f"{threshold:>9.2f} {f'{caught}/{len(pairs)}':>8}"
+            f" {f'{merged} ({merged / len(ids):.1%})':>17} {f'{caught_g}/{len(pairs)}':>14}"
+            f" {f'{merged_g} ({merged_g / len(ids):.1%})':>17}"
+        )
+    guarded = [
+        (cosine, n) for n, cosine in enumerate(nearest) if nearest_agree[n] and cosine >= 0.85
+    ]
+    for cosine, n in sorted(guarded, reverse=True)[:4]:
+        print(f"  {cosine:.3f}: {by_id[ids[n]]!r} ~ {by_id[ids[neighbour[n]]]!r}")
 
 
 # data -----------------------------------------------------------------------------------------
@@ -236,6 +404,8 @@ GROUPS: dict[str, Callable[[dict[str, Any]], bool]] = {
     "lexical": lambda q: q["kind"] == "lexical",
     "paraphrased": lambda q: q["kind"] == "paraphrased",
     "CJK": lambda q: q["lang"] != "en",
+    "paraphrase-heavy": lambda q: q["kind"] == "paraphrase-heavy",
+    "multi-hop": lambda q: q["kind"] == "multi-hop",
     "one answering fact": lambda q: len(q["evidence"]) == 1,
     "2-3 answering facts": lambda q: len(q["evidence"]) > 1,
 }
@@ -273,6 +443,13 @@ def recall_run(
             guaranteed_token_budget=budget // 4,
         )
         service = MemoryService(config, start=False)
+        hybrid = {}
+        if HYBRID not in missing:
+            for arm, fusion in ((HYBRID, "rrf"), (HYBRID_SUM, "weighted")):
+                hybrid[arm] = MemoryService(
+                    config.model_copy(update=EMBEDDINGS.settings()), start=False
+                )
+                hybrid[arm].recall.fusion = fusion
         try:
             doc = service.storage.load(user_id=USER)
             assert len(doc.facts) == len(facts), (len(doc.facts), len(facts))
@@ -299,6 +476,11 @@ def recall_run(
                     start = time.perf_counter()
                     blocks[RANKED] = inner(service.memory_context(user_id=USER, query=q["text"]))
                     seconds[RANKED] += time.perf_counter() - start
+                for arm, other in hybrid.items():
+                    other.embedder.embed_query(q["text"])  # its call is timed apart
+                    start = time.perf_counter()
+                    blocks[arm] = inner(other.memory_context(user_id=USER, query=q["text"]))
+                    seconds[arm] += time.perf_counter() - start
                 shown_by_arm = {}
                 for arm, block in blocks.items():
                     if block is None:
@@ -319,6 +501,9 @@ def recall_run(
                     misses.append((q, ranked_shown, shown_by_arm.get(BM25, set())))
         finally:
             service.close()
+            for other in hybrid.values():
+                assert other.embedder.stats.query_failures == 0, "a query fell back to lexical"
+                other.close()
     return RecallRun(scores, by_topic, misses, seconds)
 
 
@@ -335,7 +520,11 @@ def times(a: float, b: float) -> str:
 def print_recall(name: str, run: RecallRun, facts: dict[str, Any]) -> list[tuple[bool, str]]:
     s = run.scores
     arms = [arm for arm in ARMS if (BUDGETS[0], arm, "all") in s]
-    pairs = [(a, b) for a, b in ((RANKED, BM25), (RANKED, UNRANKED)) if a in arms and b in arms]
+    pairs = [
+        (a, b)
+        for a, b in ((RANKED, BM25), (RANKED, UNRANKED), (HYBRID, BM25), (HYBRID, RANKED))
+        if a in arms and b in arms
+    ]
     if RANKED not in arms and BM25 in arms:
         pairs = [(BM25, UNRANKED)]
     print(
@@ -400,6 +589,35 @@ def print_recall(name: str, run: RecallRun, facts: dict[str, Any]) -> list[tuple
             tag = " [BM25]" if set(q["evidence"]) <= bm25_shown else ""
             print(f"  {q['kind']}, {q['lang']}{tag}: {q['text']!r} -> {answer}")
     out = []
+    if HYBRID in arms and BM25 in arms:
+        for budget in BUDGETS:
+            h, b = s[budget, HYBRID, "all"].recall, s[budget, BM25, "all"].recall
+            out.append(
+                (
+                    h >= 1.25 * b,
+                    f"hybrid evidence recall ÷ BM25's at {budget} tokens: {pct(h).strip()} vs"
+                    f" {pct(b).strip()} = {times(h, b).strip()} (goal ≥ 1.25x)",
+                )
+            )
+        for group in ("paraphrased", "paraphrase-heavy", "multi-hop"):
+            if (1000, HYBRID, group) not in s:
+                continue
+            for budget in BUDGETS:
+                h, r = s[budget, HYBRID, group].recall, s[budget, RANKED, group].recall
+                out.append(
+                    (
+                        h - r >= 0.10,
+                        f"hybrid − ranked (lexical) on {group} at {budget} tokens:"
+                        f" {pct(h).strip()} − {pct(r).strip()} = {100 * (h - r):+.1f} points"
+                        " (goal ≥ +10)",
+                    )
+                )
+        for budget in BUDGETS:
+            h, w = s[budget, HYBRID, "all"].recall, s[budget, HYBRID_SUM, "all"].recall
+            print(
+                f"  fusion at {budget} tokens: reciprocal-rank {pct(h).strip()}, normalised"
+                f" weighted sum {pct(w).strip()}"
+            )
     if RANKED in arms and BM25 in arms:
         for budget in BUDGETS:
             r, b = s[budget, RANKED, "all"].recall, s[budget, BM25, "all"].recall
@@ -449,19 +667,42 @@ def latency(
             ),
             start=False,
         )
+        sides: dict[str, Callable[[], object]] = {}
+        hybrid = None
+        if EMBEDDINGS.server is not None:
+            EMBEDDINGS.fill(url, user)
+            if url.startswith("postgresql"):
+                analyze(url)
+            hybrid = MemoryService(
+                service.config.model_copy(update=EMBEDDINGS.settings()), start=False
+            )
+            for text in texts:  # the query's embedding call is timed apart
+                hybrid.embedder.embed_query(text)
+            h_turn = iter(texts * 1000)
+            sides[HYBRID] = lambda s=hybrid, u=user, t=h_turn: s.memory_context(
+                user_id=u, query=next(t)
+            )
         try:
             turn = iter(texts * 1000)
             ranked = lambda s=service, u=user, t=turn: s.memory_context(user_id=u, query=next(t))  # noqa: E731
             unranked = lambda s=service, u=user: s.memory_context(user_id=u)  # noqa: E731
             assert "<user_memory>" in unranked()
             out[size] = interleaved(
-                {RANKED: ranked, UNRANKED: unranked}, number=settings.latency_calls
+                {RANKED: ranked, UNRANKED: unranked, **sides}, number=settings.latency_calls
             )
             if size == max(settings.latency_sizes):
                 out[size].update(ranked_parts(service, user, texts, settings.latency_calls))
         finally:
             service.close()
+            if hybrid is not None:
+                assert hybrid.embedder.stats.query_failures == 0
+                hybrid.close()
+    if EMBEDDINGS.server is not None:
+        out[max(out)][QUERY_EMBEDDING] = EMBEDDINGS.query_seconds(texts, settings.latency_calls)
     return out
+
+
+QUERY_EMBEDDING = "the query's embedding call (HTTP + model)"
 
 
 MATCH, RANK = "the index's match", "scoring and spreading the matches"
@@ -517,6 +758,24 @@ def print_latency(name: str, figures: dict[int, dict[str, list[float]]]) -> list
             f" {times(p50[size, RANKED], p50[size, UNRANKED]):>21}"
         )
     big = max(figures)
+    if HYBRID in figures[big]:
+        print(
+            "  hybrid: memory_context(query=…) with the embeddings endpoint, the query's vector"
+            " already embedded (its call timed apart below):"
+        )
+        for size, sides in figures.items():
+            p50[size, HYBRID] = statistics.median(sides[HYBRID])
+            print(
+                f"{size:>7,} hybrid p50 {fmt(p50[size, HYBRID]).strip()}"
+                f" (p99 {fmt(percentile(sides[HYBRID], 99)).strip()}),"
+                f" {times(p50[size, HYBRID], p50[size, RANKED]).strip()} the lexical ranked"
+            )
+    if QUERY_EMBEDDING in figures[big]:
+        q = figures[big][QUERY_EMBEDDING]
+        print(
+            f"  {QUERY_EMBEDDING}: p50 {fmt(statistics.median(q)).strip()}"
+            f" (p99 {fmt(percentile(q, 99)).strip()}), one question a call"
+        )
     for part in (MATCH, RANK):
         if part in figures[big]:
             times_ = figures[big][part]
@@ -526,6 +785,14 @@ def print_latency(name: str, figures: dict[int, dict[str, list[float]]]) -> list
                 f" ({statistics.median(times_) / p50[big, RANKED]:.0%})"
             )
     out = []
+    if (10_000, HYBRID) in p50:
+        out.append(
+            (
+                p50[10_000, HYBRID] <= 8e-3,
+                f"hybrid context at 10,000 facts, the query's embedding excluded: p50"
+                f" {fmt(p50[10_000, HYBRID]).strip()} (goal ≤ 8 ms)",
+            )
+        )
     limit = 5e-3 if name == "PostgreSQL" else 3e-3
     if big == 10_000:
         out.append(
@@ -723,16 +990,30 @@ def run_backend(
         memory_sql.upgrade(url)
     dropped = drop_index(urls["off"], postgres)
     save_memory(urls["recall"], USER, to_document(data, data["facts"]))
+    goals: list[tuple[bool, str]] = []
+    if HYBRID not in missing:
+        EMBEDDINGS.worker_pass(name, urls["recall"])
+        done, seconds = EMBEDDINGS.throughput[name]
+        rate = done / seconds if seconds else 0.0
+        print(
+            f"\n{name}: the worker's embedding pass (EmbeddingPass.embed_all, batches of 64, the"
+            f" local model over HTTP): {done} facts in {seconds:.1f} s = {rate:.0f} facts/s"
+            f" (load average {os.getloadavg()[0]:.2f})"
+        )
+        goals.append((rate >= 100, f"worker embedding throughput {rate:.0f} facts/s (goal ≥ 100)"))
+        if len(EMBEDDINGS.throughput) == 1:
+            dedupe_figures(data)
     if postgres:
         analyze(urls["recall"])
-    goals: list[tuple[bool, str]] = []
-    run = recall_run(urls["recall"], data, questions, missing)
-    goals += print_recall(name, run, {f["id"]: f for f in data["facts"]})
-    if RANKED not in missing:
+    if not settings.latency_only:
+        run = recall_run(urls["recall"], data, questions, missing)
+        goals += print_recall(name, run, {f["id"]: f for f in data["facts"]})
+    if RANKED not in missing and not settings.recall_only:
         figures = latency(urls["recall"], data, extra, settings)
         goals += print_latency(name, figures)
-    w = writes({"on": urls["on"], "off": urls["off"]}, data, extra, settings)
-    goals += print_writes(name, w, dropped, [to_fact(r) for r in data["facts"]])
+    if not settings.recall_only and not settings.latency_only:
+        w = writes({"on": urls["on"], "off": urls["off"]}, data, extra, settings)
+        goals += print_writes(name, w, dropped, [to_fact(r) for r in data["facts"]])
     print(f"\n{name}: goals (targets, not failures)")
     for ok, text in goals:
         print(f"  {'PASS' if ok else 'FAIL'}  {text}")
@@ -747,9 +1028,15 @@ def run_backend(
 def main() -> int:
     args = {arg.lower() for arg in sys.argv[1:]}
     settings = QUICK if "--quick" in args else FULL
-    only = args - {"--quick", "--idle-states"}
+    if "--recall-only" in args:
+        settings = Settings(**{**settings.__dict__, "recall_only": True})
+    if "--latency-only" in args:  # the latency and the embedding figures, no recall
+        settings = Settings(**{**settings.__dict__, "latency_only": True, "write_calls": 0})
+    only = args - {"--quick", "--idle-states", "--recall-only", "--latency-only"}
     data = load_data()
     questions = data["questions"][: settings.questions]
+    semantic = json.loads(SEMANTIC_DATA.read_text(encoding="utf-8"))["questions"]
+    questions = questions + semantic
     extra_needed = max(max(settings.latency_sizes) - len(data["facts"]), 0) + 5000
     extra = make_dataset.extra_facts(extra_needed, {f["content"] for f in data["facts"]})
     qs = data["questions"]
@@ -774,7 +1061,15 @@ def main() -> int:
             + " arm(s) are not measured"
         )
     names = ["recall", "on", "off"]
+    print(
+        f"added (recall_data/semantic_questions.json): "
+        f"{sum(q['kind'] == 'paraphrase-heavy' for q in semantic)} paraphrase-heavy and"
+        f" {sum(q['kind'] == 'multi-hop' for q in semantic)} multi-hop questions"
+    )
+    if HYBRID not in missing:
+        EMBEDDINGS.start()
     with ExitStack() as run:
+        run.callback(EMBEDDINGS.close)
         print(run.enter_context(steady_cpus(hold="--idle-states" not in args)))
         if not only or "postgresql" in only:
             with postgres_urls(names) as urls:

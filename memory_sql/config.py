@@ -335,6 +335,13 @@ class UpdateSettings(_Settings):
         description="Also store facts the LLM left without user-scoped/durable/descriptive "
         "labels (for models that leave them out).",
     )
+    dedupe_cosine: float = Field(
+        0.88,
+        gt=0,
+        le=1,
+        description="With embeddings, a new fact whose vector has at least this cosine with a "
+        "live fact of the same memory confirms that fact instead of being added (1: off).",
+    )
 
 
 class RecallSettings(_Settings):
@@ -343,6 +350,13 @@ class RecallSettings(_Settings):
 
     injected_memory_max_tokens: int = Field(
         2000, ge=100, le=32000, description="The memory block's budget in the prompt."
+    )
+    semantic_weight: float = Field(
+        1.0,
+        ge=0,
+        le=100,
+        description="With embeddings, the weight of the vector ranking beside the text "
+        "ranking in the reciprocal-rank fusion (0: lexical only).",
     )
     guaranteed_categories: tuple[str, ...] = Field(
         ("correction",),
@@ -603,6 +617,62 @@ class SafetySettings(_Settings):
         return value
 
 
+class EmbeddingSettings(_Settings):
+    """Semantic recall (``docs/semantic-recall.md``): facts get vectors from an
+    OpenAI-compatible ``/embeddings`` endpoint after each save, and recall ranks by meaning
+    beside the text. Without ``base_url`` and ``model``: lexical ranking only."""
+
+    base_url: str | None = Field(
+        None,
+        description="An OpenAI-compatible endpoint serving /embeddings (e.g. "
+        "http://127.0.0.1:8088/v1); with model set, facts get vectors and recall ranks by "
+        "meaning too. Unset: lexical ranking only.",
+    )
+    model: str | None = Field(
+        None, description="The embedding model's name at that endpoint; vectors are kept per model."
+    )
+    api_key: SecretStr | None = Field(
+        None, description="The endpoint's API key (none sent when unset; never shown)."
+    )
+    dimensions: int | None = Field(
+        None,
+        ge=1,
+        le=65536,
+        description="Ask the model for vectors of this length (models that can shorten them); "
+        "unset: the model's own.",
+    )
+    timeout_seconds: float = Field(
+        30.0, gt=0, le=600, description="The deadline of one batch embedded by the worker."
+    )
+    batch_size: int = Field(64, ge=1, le=2048, description="Facts embedded per request.")
+    query_timeout_seconds: float = Field(
+        0.3,
+        gt=0,
+        le=30,
+        description="The deadline of a query's embedding in a context or search; past it, "
+        "the ranking is lexical (counted).",
+    )
+    retry_seconds: float = Field(
+        5.0,
+        gt=0,
+        le=3600,
+        description="The first wait after a failed embedding pass; doubled at each failure "
+        "in a row, up to 64 times it.",
+    )
+    interval_seconds: float = Field(
+        60.0,
+        gt=0,
+        le=86400,
+        description="How often the worker looks for facts lacking a vector in every memory "
+        "(those of an update are embedded right after its save).",
+    )
+
+    @property
+    def enabled(self) -> bool:
+        """True when an embedding endpoint and model are configured."""
+        return self.base_url is not None and self.model is not None
+
+
 SECTIONS: dict[str, type[_Settings]] = {
     "llm": LLMSettings,
     "tokens": TokenSettings,
@@ -616,6 +686,7 @@ SECTIONS: dict[str, type[_Settings]] = {
     "retention": RetentionSettings,
     "server": ServerSettings,
     "safety": SafetySettings,
+    "embedding": EmbeddingSettings,
 }
 """The sections of :class:`MemoryConfig`, by name (its fields of the same names)."""
 
@@ -700,6 +771,17 @@ FLAT_KEYS: dict[str, tuple[str, str]] = {
     "redaction_patterns": ("safety", "patterns"),
     "redaction_allow": ("safety", "allow"),
     "refuse_instructions": ("safety", "refuse_instructions"),
+    "embedding_base_url": ("embedding", "base_url"),
+    "embedding_model": ("embedding", "model"),
+    "embedding_api_key": ("embedding", "api_key"),
+    "embedding_dimensions": ("embedding", "dimensions"),
+    "embedding_timeout_seconds": ("embedding", "timeout_seconds"),
+    "embedding_batch_size": ("embedding", "batch_size"),
+    "embedding_query_timeout_seconds": ("embedding", "query_timeout_seconds"),
+    "embedding_retry_seconds": ("embedding", "retry_seconds"),
+    "embedding_interval_seconds": ("embedding", "interval_seconds"),
+    "recall_semantic_weight": ("recall", "semantic_weight"),
+    "dedupe_cosine": ("update", "dedupe_cosine"),
 }
 """Every flat key (an environment variable's name, and a key YAML and ``MemoryConfig(...)``
 accept) of a setting in a section: ``flat key → (section, field)``. The settings outside the
@@ -707,7 +789,7 @@ sections (``enabled``, ``storage``, ``storage_class``, ``auto_migrate``, ``patte
 their own flat keys."""
 _TOP_KEYS = ("enabled", "storage", "storage_class", "auto_migrate", "patterns_dir")
 _FLAT_OF = {place: flat for flat, place in FLAT_KEYS.items()}
-_URL_KEYS = ("storage", "llm_base_url")  # shown through database.redacted
+_URL_KEYS = ("storage", "llm_base_url", "embedding_base_url")  # shown through redacted()
 
 
 class MemoryConfig(_Settings):
@@ -766,6 +848,9 @@ class MemoryConfig(_Settings):
     )
     safety: SafetySettings = Field(
         default_factory=SafetySettings, description=SafetySettings.__doc__
+    )
+    embedding: EmbeddingSettings = Field(
+        default_factory=EmbeddingSettings, description=EmbeddingSettings.__doc__
     )
 
     def reply_token_limit(self) -> int:
@@ -924,6 +1009,9 @@ class MemoryConfig(_Settings):
         data["llm"]["api_key"] = _SECRET if self.llm.api_key is not None else None
         if data["llm"]["base_url"] is not None:
             data["llm"]["base_url"] = redacted(data["llm"]["base_url"])
+        data["embedding"]["api_key"] = _SECRET if self.embedding.api_key is not None else None
+        if data["embedding"]["base_url"] is not None:
+            data["embedding"]["base_url"] = redacted(data["embedding"]["base_url"])
         data["storage"] = redacted(data["storage"])
         return data
 

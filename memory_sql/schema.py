@@ -22,6 +22,7 @@ from sqlalchemy import (
     ForeignKeyConstraint,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -299,6 +300,32 @@ memory_fact_events = Table(
     CheckConstraint("event IN ('added', 'updated', 'removed')", name="event"),
     Index("ix_memory_fact_events_tenant_occurred_at", "tenant_id", "occurred_at"),
     comment="Append-only log of fact changes, written by each save, for reporting over time.",
+)
+
+memory_fact_vectors = Table(
+    "memory_fact_vectors",
+    metadata,
+    *_scope_columns(),
+    Column("fact_id", String(64), primary_key=True),
+    Column("model", String(128), primary_key=True),
+    Column(
+        "content_digest", String(64), nullable=False, comment="SHA-256 (hex) of the text embedded"
+    ),
+    Column("dimensions", Integer, nullable=False),
+    Column("vector", LargeBinary, nullable=False, comment="little-endian float32, unit length"),
+    Column("created_at", UTCDateTime, nullable=False),
+    ForeignKeyConstraint(
+        ["tenant_id", "user_id", "agent_name", "fact_id"],
+        [
+            "memory_facts.tenant_id",
+            "memory_facts.user_id",
+            "memory_facts.agent_name",
+            "memory_facts.fact_id",
+        ],
+        ondelete="CASCADE",
+    ),
+    CheckConstraint("dimensions > 0", name="dimensions_positive"),
+    comment="Per fact and embedding model, the fact's vector (semantic recall).",
 )
 
 LLM_CALL_OUTCOMES = (

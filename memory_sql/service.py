@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from datetime import date, datetime, timedelta
 from typing import Any
@@ -33,6 +34,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from .config import MemoryConfig
+from .embeddings import Embedder
 from .errors import SpoolFullError
 from .intake import KeptConversation, take_conversation
 from .intake.guard import MemoryGuard
@@ -54,10 +56,13 @@ from .scope import Scope, check_thread_id
 from .storage import MemoryStorage, SQLStorage
 from .storage.configured import open_configured, queue_engine_for
 from .storage.redactions import record_redactions
+from .storage.vectors import FactVectors
 from .storage.writable import check_writable
 from .tenancy import acting_for
 from .tokens import make_token_counter
 from .update.budget import LLMBudget
+from .update.dedupe import SemanticDedupe
+from .update.embedding import EmbeddingPass, EmbeddingWorker
 from .update.llm import LLMClient
 from .update.run import WAITING_FOR_MODEL, UpdateRun, warn_if_lease_too_short
 from .update.updater import MemoryUpdater, UpdateResult
@@ -120,7 +125,6 @@ class MemoryService:
         self.counter = make_token_counter(
             self.config.tokens.counting, self.config.tokens.encoding_file
         )
-        self.recall = Recall(self.config.recall, self.storage, self.counter)
         self.update_run = UpdateRun(
             queue=self.queue,
             updater=self.updater,
@@ -131,6 +135,33 @@ class MemoryService:
             and self.storage.engine is self.queue.engine,
             on_result=on_result,
         )
+        # Semantic recall: facts get vectors after each update's save (docs/semantic-recall.md).
+        self.embedder = Embedder.from_config(self.config)
+        self.vectors = (
+            FactVectors(self.storage.engine, self.embedder.key)
+            if self.embedder is not None and isinstance(self.storage, SQLStorage)
+            else None
+        )
+        self.embedding = (
+            EmbeddingWorker(
+                EmbeddingPass(self.embedder, self.vectors),
+                interval_seconds=self.config.embedding.interval_seconds,
+                retry_seconds=self.config.embedding.retry_seconds,
+            )
+            if self.embedder is not None and self.vectors is not None
+            else None
+        )
+        self.recall = Recall(
+            self.config.recall,
+            self.storage,
+            self.counter,
+            embedder=self.embedder,
+            vectors=self.vectors,
+        )
+        if self.embedder is not None and self.vectors is not None:
+            self.updater.dedupe = SemanticDedupe(
+                self.embedder, self.vectors, self.config.update.dedupe_cosine
+            )
         self.worker = UpdateWorker(
             self.queue,
             self._run,
@@ -155,6 +186,8 @@ class MemoryService:
         if start:
             self._warn_if_no_model()
             self.worker.start()
+            if self.embedding is not None:
+                self.embedding.start()
             if self.config.retention.closed_fact_days > 0:
                 self.worker.every(
                     self.config.retention.purge_interval_seconds, self.purge_closed, "purge"
@@ -360,7 +393,14 @@ class MemoryService:
         """
         self._warn_if_no_model()
         self.spool.write()
+        started = time.monotonic()
         done = self.worker.flush(timeout)
+        if self.embedding is not None and done:  # the saved facts' vectors too
+            # A run completes its row in its save's transaction and asks for its vectors just
+            # after: the runs still finishing come first.
+            while self.worker.in_flight and time.monotonic() - started < timeout:
+                time.sleep(0.01)
+            done = self.embedding.wait_idle(max(timeout - (time.monotonic() - started), 0.0))
         return done and len(self.spool) == 0
 
     def rejections(self) -> dict[str, int]:
@@ -402,6 +442,7 @@ class MemoryService:
             "over_budget": self.budget.refused,
             "problems": self._problems,
             **self.update_run.usage,
+            **(self.embedder.stats.snapshot() if self.embedder is not None else {}),
         }
 
     # the queue, by hand ----------------------------------------------------------------------
@@ -448,11 +489,15 @@ class MemoryService:
         self._closed = True
         self.spool.close()
         self.recall.close()
+        if self.embedding is not None:
+            self.embedding.stop(min(timeout, 5.0))
         finished = self.worker.stop(timeout)
         if not finished:
             logger.warning("memory_sql: closed with updates still running; they finish alone")
             return False
         self.updater.close()
+        if self.embedder is not None:
+            self.embedder.close()
         if self._owns_storage:
             self.storage.close()
         for engine in self._owned_engines:
@@ -529,8 +574,12 @@ class MemoryService:
 
     def _run(self, item: PendingUpdate) -> RunOutcome:
         """What the worker runs for each row: :class:`~memory_sql.update.run.UpdateRun` (a
-        subclass may wrap it: the DeerFlow backend sets its host's context around it)."""
-        return self.update_run(item)
+        subclass may wrap it: the DeerFlow backend sets its host's context around it). A
+        saved update's new facts are then embedded (with embeddings), outside its transaction."""
+        outcome = self.update_run(item)
+        if outcome.ok and self.embedding is not None:
+            self.embedding.request(item.scope)
+        return outcome
 
     @property
     def waiting_for_model(self) -> str | None:

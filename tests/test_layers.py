@@ -33,6 +33,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "tokens",
             "text_search",
             "config",
+            "embeddings",
         },
     ),
     ("storage", {"storage"}),

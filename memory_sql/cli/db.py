@@ -22,6 +22,7 @@ from ._common import (
     UrlOption,
     app,
     command,
+    err,
     group,
     lit,
     out,
@@ -263,3 +264,57 @@ def db_scrub(
             f"  {plural(result.closed_duplicates, 'live fact')} closed: a duplicate once redacted",
             highlight=False,
         )
+
+
+@command(db_app, "embed")
+def db_embed(url: UrlOption = None, config: ConfigOption = None) -> None:
+    """Embed every live fact that lacks a vector of the configured embedding model.
+
+    Uses embedding_base_url and embedding_model (MEMORY_SQL_EMBEDDING_BASE_URL, …), in batches
+    of embedding_batch_size, with a progress bar. Resumable: stopped halfway, it embeds only
+    what is still missing when run again. Exits 0 when no fact is left without a vector.
+
+    Example:
+        memory-sql db embed --url sqlite:///memory_sql.db
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from ..embeddings import Embedder
+    from ..storage.vectors import FactVectors
+    from ..update.embedding import EmbeddingPass
+
+    settings = read_config(config, url)
+    embedder = Embedder.from_config(settings)
+    if embedder is None:
+        raise MemorySQLError(
+            "no embedding endpoint configured: set embedding_base_url and embedding_model "
+            "(MEMORY_SQL_EMBEDDING_BASE_URL, MEMORY_SQL_EMBEDDING_MODEL)"
+        )
+    engine = create_engine(sql_database(config, url, create=False), statement_timeout=None)
+    try:
+        migrations.ensure_at_head(engine)
+        vectors = FactVectors(engine, embedder.key)
+        missing = vectors.count_unembedded()
+        with Progress(
+            TextColumn("embedding facts"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            console=err,
+            transient=True,
+        ) as progress:
+            task = progress.add_task("embed", total=missing)
+            embedded = EmbeddingPass(embedder, vectors).embed_all(
+                lambda count: progress.advance(task, count)
+            )
+        left = vectors.count_unembedded()
+    finally:
+        embedder.close()
+        engine.dispose()
+    out.print(
+        f"{lit(redacted(engine.url))}: embedded {plural(embedded, 'fact')} with "
+        f"{lit(embedder.key)}; {plural(left, 'fact')} left without a vector",
+        highlight=False,
+        soft_wrap=True,
+    )
+    if left:
+        raise typer.Exit(1)

@@ -132,6 +132,7 @@ class LocalMemory:
                 user_id=scope.user_id,
                 agent_name=None if agent_name is None else scope.agent_key,
                 limit=limit,
+                recall=self.service.recall,
             )
         facts = [StoredFact(**record.to_dict()) for record in records]
         return FactPage(facts=facts, next_offset=None)

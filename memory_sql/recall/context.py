@@ -5,23 +5,45 @@ come by category and confidence (:mod:`memory_sql.recall.injection`); with one (
 to be answered, or the conversation so far), the database's full-text index finds the facts
 that share its terms and :mod:`memory_sql.recall.ranking` orders them; those that fit the budget
 are counted as shown (:mod:`memory_sql.recall.heat`).
+
+With an :class:`~memory_sql.embeddings.Embedder` and the facts' vectors
+(:class:`~memory_sql.storage.vectors.FactVectors`), the ranking is hybrid: the query is
+embedded once (within ``embedding_query_timeout_seconds``), the memory's facts most similar to
+it join the text matches as candidates, and the two lists are fused
+(:func:`~memory_sql.recall.ranking.fuse`) before confidence, recency and the near-duplicate
+spread. A query whose embedding fails or is late is ranked lexically (counted in the
+embedder's stats); a fact without a vector yet is ranked by its text alone.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from datetime import date
 from typing import Any
 
 from ..config import RecallSettings
+from ..embeddings import Embedder
+from ..errors import StorageError
 from ..models import MemoryDocument
 from ..scope import Scope
 from ..storage import MemoryStorage
+from ..storage.vectors import FactVectors
 from ..text_search import query_terms
 from ..tokens import TokenCounter
 from .heat import AccessHeat
 from .injection import FactLines, fact_lines, format_memory, wrap_block
-from .ranking import RankingWeights, expansion_terms, merge_matches, query_text, rank_facts
+from .ranking import (
+    RankingWeights,
+    expansion_terms,
+    fuse,
+    merge_matches,
+    query_text,
+    rank_facts,
+    vector_matches,
+)
+
+logger = logging.getLogger(__name__)
 
 Query = str | Iterable[Any]
 """A query: text, or the messages of a conversation (its last user turns are used)."""
@@ -33,9 +55,18 @@ class Recall:
     between threads."""
 
     def __init__(
-        self, settings: RecallSettings, storage: MemoryStorage, counter: TokenCounter
+        self,
+        settings: RecallSettings,
+        storage: MemoryStorage,
+        counter: TokenCounter,
+        *,
+        embedder: Embedder | None = None,
+        vectors: FactVectors | None = None,
     ) -> None:
         self.settings = settings
+        self.embedder = embedder
+        self.vectors = vectors if embedder is not None else None
+        self.fusion = "rrf"
         self.storage = storage
         self.counter = counter
         self.weights = RankingWeights(
@@ -62,18 +93,47 @@ class Recall:
     def _ranking(
         self, doc: MemoryDocument, scope: Scope, query: Query, lines: FactLines
     ) -> list[str]:
-        terms = query_terms(query_text(query))
-        if not terms or not doc.facts:
+        text = query_text(query)
+        terms = query_terms(text)
+        if not doc.facts or not (terms or (self.vectors is not None and text.strip())):
             return []
         limit = self.weights.candidates
-        matches = self.storage.match_facts(doc, scope, terms, limit=limit)
+        matches = self.storage.match_facts(doc, scope, terms, limit=limit) if terms else []
         weight = self.weights.expansion
         if matches and weight > 0:
             extra = expansion_terms(matches, lines, terms, self.weights.expansion_facts)
             if extra:
                 found = self.storage.match_facts(doc, scope, extra, limit=limit)
                 matches = merge_matches(matches, found, weight)
+        semantic = self.semantic_matches(doc, scope, text)
+        if semantic:
+            matches = fuse(
+                matches, semantic, weight=self.settings.semantic_weight, method=self.fusion
+            )
         return rank_facts(lines.facts_by_id, matches, self.weights, terms=lines.terms)
+
+    def semantic_matches(
+        self, doc: MemoryDocument, scope: Scope, text: str
+    ) -> list[tuple[str, float]]:
+        """The candidates of ``doc``'s facts most similar in meaning to ``text``, with their
+        cosines, best first; empty without embeddings, vectors (or when they cannot be read),
+        or a query vector in time."""
+        if self.vectors is None or self.embedder is None or self.settings.semantic_weight <= 0:
+            return []
+        if not text.strip():
+            return []
+        try:
+            ids, rows = self.vectors.matrix(scope, doc.facts, doc.version)
+        except StorageError as exc:  # the text ranking does without them
+            logger.warning("memory %s: vectors unreadable, ranked by text: %s", scope, exc)
+            self.embedder.stats.add(queries=1, query_failures=1)
+            return []
+        if not ids:
+            return []
+        vector = self.embedder.embed_query(text)
+        if vector is None:
+            return []
+        return vector_matches(ids, rows, vector, limit=self.weights.candidates)
 
     def _lines(self, doc: MemoryDocument) -> FactLines:
         return fact_lines(doc, self.settings.guaranteed_categories, self.counter)

@@ -171,3 +171,64 @@ def merge_matches(
     for fact_id, score in second:
         scores[fact_id] = scores.get(fact_id, 0.0) + scale * score
     return sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+
+
+RRF_K = 60
+"""The rank offset of reciprocal-rank fusion (the usual 60: the first places do not dominate)."""
+SEMANTIC_CANDIDATES_FLOOR = 0.0
+"""Facts whose cosine with the query is at most this are no vector candidates."""
+
+
+def vector_matches(
+    ids: Sequence[str], rows: Any, query: Any, *, limit: int
+) -> list[tuple[str, float]]:
+    """The ``limit`` facts (``ids``, their unit vectors ``rows``) most similar to the unit
+    vector ``query``, with their cosines, best first: exact, a matrix product in numpy."""
+    import numpy as np
+
+    if not ids or len(query) != rows.shape[1]:
+        return []
+    cosines = rows @ query
+    count = min(limit, len(ids))
+    top = np.argpartition(-cosines, count - 1)[:count] if count < len(ids) else np.arange(len(ids))
+    top = top[np.argsort(-cosines[top], kind="stable")]
+    return [(ids[i], float(cosines[i])) for i in top if cosines[i] > SEMANTIC_CANDIDATES_FLOOR]
+
+
+def fuse(
+    lexical: Sequence[tuple[str, float]],
+    semantic: Sequence[tuple[str, float]],
+    *,
+    weight: float = 1.0,
+    method: str = "rrf",
+) -> list[tuple[str, float]]:
+    """One list of candidates from the text index's (BM25) and the vectors' (cosine), best
+    first, with a score for :func:`rank_facts`.
+
+    ``rrf`` (the default, reciprocal-rank fusion): each list gives a fact 1 / (:data:`RRF_K` +
+    its rank), the vector list times ``weight``; ranks alone count, so BM25's unbounded
+    scores and cosines' narrow band need no calibration. ``weighted``: BM25 over the best BM25
+    plus ``weight`` times the cosine rescaled to [0, 1] over the candidates (measured against
+    RRF in ``benchmarks/bench_recall.py``; docs/semantic-recall.md).
+    """
+    if not semantic or weight <= 0:
+        return list(lexical)
+    scores: dict[str, float] = {}
+    if method == "rrf":
+        for rank, (fact_id, _) in enumerate(lexical, 1):
+            scores[fact_id] = 1.0 / (RRF_K + rank)
+        for rank, (fact_id, _) in enumerate(semantic, 1):
+            scores[fact_id] = scores.get(fact_id, 0.0) + weight / (RRF_K + rank)
+    elif method == "weighted":
+        best = lexical[0][1] if lexical else 1.0
+        for fact_id, score in lexical:
+            scores[fact_id] = score / (best or 1.0)
+        high = semantic[0][1]
+        low = semantic[-1][1]
+        spread = (high - low) or 1.0
+        for fact_id, cosine in semantic:
+            scores[fact_id] = scores.get(fact_id, 0.0) + weight * (cosine - low) / spread
+    else:
+        raise ValueError(f"fusion method {method!r} is not rrf or weighted")
+    cosines = dict(semantic)  # a tie (first in one list, second in the other) goes by meaning
+    return sorted(scores.items(), key=lambda item: (-item[1], -cosines.get(item[0], -1.0), item[0]))

@@ -61,7 +61,7 @@ import re
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
@@ -88,6 +88,7 @@ from ..storage.base import MemoryStorage
 from ..storage.capabilities import Capability, has, require
 from ..tokens import make_token_counter
 from . import review
+from .dedupe import SemanticDedupe
 from .eviction import Heat, evict, needs_heat
 from .llm import LLMClient
 from .parser import (
@@ -186,7 +187,8 @@ class AppliedChanges:
 
     ``ignored_removals`` are ids named for removal that the memory does not hold;
     ``skipped_facts`` are ``(content, reason)`` of proposed facts not added (``"low
-    confidence"``, ``"duplicate"``, ``"upload"``, ``"over max_facts"``); ``gated`` are
+    confidence"``, ``"duplicate"``, ``"restates a fact"``, ``"upload"``,
+    ``"over max_facts"``); ``gated`` are
     ``(kind, text, reason)`` of the facts and sections (kind ``"fact"`` or ``"section"``) the
     scope gate kept out (:func:`gate_reason`).
     """
@@ -224,11 +226,15 @@ def apply_update(
     now: datetime,
     heat: Heat | None = None,
     offer: review.Offer | None = None,
+    restated: Mapping[str, str] | None = None,
 ) -> tuple[MemoryDocument, AppliedChanges]:
     """``memory`` with ``update`` applied by the rules of the module docstring, and what
     changed. ``memory`` itself is not modified; the result keeps its ``version``. ``heat``
     is the facts' access heat, for the hybrid eviction policy; ``offer`` what the prompt
-    offered for review (None: what :func:`review.offer` finds in ``memory`` now)."""
+    offered for review (None: what :func:`review.offer` finds in ``memory`` now);
+    ``restated`` maps a new fact's text to the live fact it restates in other words
+    (:mod:`memory_sql.update.dedupe`): that fact is confirmed instead, unless the new one
+    replaces facts."""
     if offer is None:
         offer = review.offer(memory, config, now)
     doc = memory.clone()
@@ -287,6 +293,15 @@ def apply_update(
             skipped.append((proposed.content, "duplicate"))
             if key in by_key:  # said again: the user confirms what memory holds
                 review.confirm(doc, [by_key[key]], now, aging)
+        elif (
+            restated
+            and not proposed.replaces
+            and (same := restated.get(proposed.content)) is not None
+            and same in held
+            and same not in wanted
+        ):
+            skipped.append((proposed.content, "restates a fact"))
+            review.confirm(doc, [same], now, aging)
         elif mentions_upload(proposed.content):
             skipped.append((proposed.content, "upload"))
         else:
@@ -443,6 +458,9 @@ class MemoryUpdater:
         self._owns_llm = llm is None
         self.llm = llm if llm is not None else LLMClient.from_config(config)
         self._counter: Any = None
+        self.dedupe: SemanticDedupe | None = None
+        """Set (by the service) when facts have vectors: new facts restating one are
+        confirmations (:mod:`memory_sql.update.dedupe`)."""
 
     def close(self) -> None:
         """Close the LLM client if this updater made it (the storage is the caller's)."""
@@ -588,6 +606,7 @@ class _Run:
         self.usage_written = False
         self.usage_in_save = False
         self.counter = updater.counter
+        self.dedupe = updater.dedupe
         self.review_only = False
         self.offer: review.Offer | None = None
         self.aging = review.ReviewOutcome()
@@ -729,6 +748,10 @@ class _Run:
 
     def save(self, memory: MemoryDocument, update: MemoryUpdate) -> UpdateResult:
         attempts = 0
+        restated = None
+        if self.dedupe is not None and update.new_facts:
+            texts = [fact.content for fact in update.new_facts]
+            restated = self.dedupe.restated(memory, self.scope, texts)
         while True:
             heat = None
             if needs_heat(memory, self.config, len(update.new_facts)):
@@ -741,6 +764,7 @@ class _Run:
                 now=utcnow(),
                 heat=heat,
                 offer=self.offer,
+                restated=restated,
             )
             self.aging = changes.aging
             self.note_applied(changes)

@@ -125,6 +125,7 @@ def list_facts(
                 agent_name=None if every_agent else scope.agent_key,
                 limit=offset + limit + 1,
                 include_closed=include_closed,
+                recall=state.service.recall,
             )
     page = records[offset : offset + limit]
     more = len(records) > offset + limit
