@@ -1,19 +1,21 @@
 """Facts found and scored by the database's full-text index (revision 0011).
 
-Two questions are asked of the index, with terms cut by :func:`memory_sql.text_search.query_terms`:
+Two questions are asked of the index, with terms cut by :func:`memory_sql.text_search.query_terms`,
+and one matching rule for both: a query term matches a fact's term that it equals or starts
+(``pyth`` matches "Python", ``caf``, the stem of "cafe", matches "Café Luzeiro"'s ``caf``).
 
-- :func:`match_facts`: which facts of one memory share terms with a query, each with its BM25
-  score (``k1`` = 1.2, ``b`` = 0.75), highest first. Any term may match. This is the text
-  relevance of ranked recall.
+- :func:`match_facts`: which facts of one memory match any term of a query, each with its BM25
+  score (``k1`` = 1.2, ``b`` = 0.75), highest first. This is the text relevance of ranked recall.
 - :func:`search_condition`: a condition on ``memory_facts`` for a search across memories, true
-  for a fact holding every term (each also as a prefix: ``pyth`` finds "Python"), and a
-  relevance to order by.
+  for a fact matching every term, and a relevance to order by, in which, as in BM25, a rare
+  term weighs more than a common one.
 
 PostgreSQL finds the memory's matching facts through the GIN index of the generated
-``tsvector`` and returns their searchable text, from which :func:`bm25` scores them: document
-frequencies and the fact count are the memory's own, the average length that of the matching
-facts. SQLite asks FTS5, whose ``bm25()``
-weighs terms by their frequency in the whole table, restricted to the memory by its scope term.
+``tsvector`` (prefix queries, ``'caf':*``) and returns their searchable text, from which
+:func:`bm25` scores them: document frequencies and the fact count are the memory's own, the
+average length that of the matching facts. SQLite asks FTS5 (prefix phrases, ``"caf" *``),
+whose ``bm25()`` weighs terms by their frequency in the whole table, restricted to the memory
+by its scope term.
 The JSON-file store, which has no index, scores the same BM25 in Python over the loaded memory
 (:func:`score_in_memory`).
 
@@ -86,12 +88,12 @@ def match_facts(
         params = {
             "memory": _quoted_lexeme(pg_scope_term(scope)),
             "config": text_search_config(engine),
-            "query": " | ".join(_quoted_lexeme(term) for term in terms),
+            "query": " | ".join(_quoted_lexeme(term) + ":*" for term in terms),
             "most": MAX_MATCHING,
         }
     else:
         sql = _SQLITE_MATCH
-        alternatives = " OR ".join(_quoted_phrase(term) for term in terms)
+        alternatives = " OR ".join(_quoted_phrase(term) + " *" for term in terms)
         own = _quoted_phrase(scope_term(scope))
         params = {
             "tenant": scope.tenant_id,
@@ -128,35 +130,52 @@ def bm25(
     facts: int | None = None,
 ) -> list[tuple[str, float]]:
     """BM25 of ``documents`` (fact id, searchable text) for ``terms``, best first, at most
-    ``limit``. Document frequencies are counted over ``documents``, which must hold every fact
-    of the memory that holds a term; ``facts`` is the memory's size (default: the documents'),
-    the average length that of ``documents``."""
+    ``limit``, a term matching the words it starts (the module's rule). Document frequencies
+    are counted over ``documents``, which must hold every fact of the memory that holds a term;
+    ``facts`` is the memory's size (default: the documents'), the average length that of
+    ``documents``."""
     wanted = set(terms)
     if not wanted or not documents:
         return []
-    total = 0
+    parsed = [(fact_id, *_term_counts(text)) for fact_id, text in documents]
+    total = sum(length for *_, length in parsed)
+    vocabulary = set().union(*(counts.keys() for _, counts, _ in parsed))
+    prefixed = _prefixed_by(vocabulary, wanted)
+    words = prefixed.keys()
     held = []
-    for fact_id, text in documents:
-        counts, length = _term_counts(text)
-        total += length
-        common = counts.keys() & wanted
+    for fact_id, counts, length in parsed:
+        common = counts.keys() & words
         if common:
-            held.append((fact_id, counts, length, common))
+            tf: dict[str, int] = {}
+            for word in common:
+                for term in prefixed[word]:
+                    tf[term] = tf.get(term, 0) + counts[word]
+            held.append((fact_id, tf, length))
     average = max(total / len(documents), 1.0)
-    frequency = Counter(itertools.chain.from_iterable(common for *_, common in held))
+    frequency = Counter(itertools.chain.from_iterable(tf for _, tf, _ in held))
     n = max(facts or 0, len(documents))
     idf = {
         term: math.log(1 + (n - count + 0.5) / (count + 0.5)) for term, count in frequency.items()
     }
     scored = []
-    for fact_id, counts, length, common in held:
+    for fact_id, tf, length in held:
         norm = K1 * (1 - B + B * length / average)
         score = 0.0
-        for term in common:
-            tf = counts[term]
-            score += idf[term] * tf * (K1 + 1) / (tf + norm)
+        for term, count in tf.items():
+            score += idf[term] * count * (K1 + 1) / (count + norm)
         scored.append((-score, fact_id))
     return [(fact_id, -negative) for negative, fact_id in heapq.nsmallest(limit, scored)]
+
+
+def _prefixed_by(vocabulary: set[str], terms: set[str]) -> dict[str, tuple[str, ...]]:
+    """The words of ``vocabulary`` that some of ``terms`` start, each with those terms."""
+    sizes = sorted({len(term) for term in terms})
+    found = {}
+    for word in vocabulary:
+        hits = tuple(word[:size] for size in sizes if size <= len(word) and word[:size] in terms)
+        if hits:
+            found[word] = hits
+    return found
 
 
 @functools.lru_cache(maxsize=100_000)
@@ -168,14 +187,32 @@ def _term_counts(text: str) -> tuple[dict[str, int], int]:
 def search_condition(
     engine: Engine, terms: Sequence[str]
 ) -> tuple[sa.ColumnElement, sa.ColumnElement]:
-    """A condition true for facts holding every term (each also as a prefix), and a relevance
-    (higher is better) for them, for a search over ``memory_facts`` across memories."""
+    """A condition true for facts matching every term, and a relevance (higher is better) for
+    them, for a search over ``memory_facts`` across memories. On PostgreSQL this reads the
+    terms' document frequencies (:func:`pg_term_weights`).
+
+    Raises:
+        sqlalchemy.exc.SQLAlchemyError: the database failed (the caller wraps it).
+    """
     if engine.dialect.name == "postgresql":
-        text = " & ".join(_quoted_lexeme(term) + ":*" for term in terms)
         config = sa.cast(text_search_config(engine), _REGCONFIG)
-        query = sa.func.to_tsquery(config, text, type_=_TSQUERY)
         vector = sa.literal_column("memory_facts.search_vector", _TSVECTOR)
-        return vector.op("@@")(query), sa.func.ts_rank_cd(vector, query)
+        text = " & ".join(_quoted_lexeme(term) + ":*" for term in terms)
+        query = sa.func.to_tsquery(config, text, type_=_TSQUERY)
+        weights = pg_term_weights(engine, terms)
+        relevance = sum(
+            (
+                weight
+                * sa.func.ts_rank(
+                    vector,
+                    sa.func.to_tsquery(config, _quoted_lexeme(term) + ":*", type_=_TSQUERY),
+                    1,
+                )
+                for term, weight in weights.items()
+            ),
+            sa.literal(0.0),
+        )
+        return vector.op("@@")(query), relevance
     match = "search_text : (" + " AND ".join(_quoted_phrase(term) + " *" for term in terms) + ")"
     fts = sa.text(
         "SELECT rowid, bm25(memory_facts_fts, 1.0, 0.0) AS rank FROM memory_facts_fts "
@@ -185,6 +222,39 @@ def search_condition(
     rowid = sa.literal_column("memory_facts.rowid")
     relevance = sa.select(-hits.c.rank).where(hits.c.rowid == rowid).scalar_subquery()
     return rowid.in_(sa.select(hits.c.rowid)), relevance
+
+
+FREQUENCY_CAP = 2_000
+"""Live facts counted at most per term for its document frequency on PostgreSQL: terms more
+common than that all weigh as one that common (the count stays a bounded index read)."""
+
+# One round trip: each term's live facts (as prefix), counted up to the cap through the GIN
+# index, and the table's size as the planner last estimated it.
+_PG_FREQUENCY = """
+(SELECT count(*) FROM (SELECT 1 FROM memory_facts WHERE valid_to IS NULL
+ AND search_vector @@ to_tsquery(CAST(%(config)s AS regconfig), %(query_{i})s)
+ LIMIT %(cap)s) AS hits{i})"""
+_PG_SIZE = "SELECT reltuples FROM pg_class WHERE oid = 'memory_facts'::regclass"
+
+
+def pg_term_weights(engine: Engine, terms: Sequence[str]) -> dict[str, float]:
+    """Each of ``terms``' inverse document frequency among PostgreSQL's live facts, as BM25
+    weighs it (``ln(1 + (N − n + 0.5) / (n + 0.5))``, ``n`` the facts it matches as a prefix,
+    counted up to :data:`FREQUENCY_CAP`, ``N`` the table's estimated size): the ``ts_rank``
+    of a term is weighed by it, so that a rare term outweighs a common one as in SQLite's
+    ``bm25()``."""
+    params: dict[str, Any] = {"config": text_search_config(engine), "cap": FREQUENCY_CAP}
+    selects = []
+    for i, term in enumerate(terms):
+        params[f"query_{i}"] = _quoted_lexeme(term) + ":*"
+        selects.append(_PG_FREQUENCY.format(i=i))
+    sql = "SELECT (" + _PG_SIZE + "), " + ", ".join(selects)
+    estimate, *counts = _rows(engine, sql, params)[0]
+    size = max(float(estimate or 0), *counts, 1)
+    return {
+        term: math.log(1 + (size - count + 0.5) / (count + 0.5))
+        for term, count in zip(terms, counts, strict=True)
+    }
 
 
 def pg_scope_term(scope: Scope) -> str:
