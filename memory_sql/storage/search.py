@@ -188,27 +188,17 @@ def search_condition(
     engine: Engine, terms: Sequence[str]
 ) -> tuple[sa.ColumnElement, sa.ColumnElement]:
     """A condition true for facts matching every term, and a relevance (higher is better) for
-    them, for a search over ``memory_facts`` across memories. On PostgreSQL this reads the
-    terms' document frequencies (:func:`pg_term_weights`).
-
-    Raises:
-        sqlalchemy.exc.SQLAlchemyError: the database failed (the caller wraps it).
-    """
+    them, for a search over ``memory_facts`` across memories."""
     if engine.dialect.name == "postgresql":
         config = sa.cast(text_search_config(engine), _REGCONFIG)
         vector = sa.literal_column("memory_facts.search_vector", _TSVECTOR)
         text = " & ".join(_quoted_lexeme(term) + ":*" for term in terms)
         query = sa.func.to_tsquery(config, text, type_=_TSQUERY)
-        weights = pg_term_weights(engine, terms)
+        size = _pg_estimated_size()
         relevance = sum(
             (
-                weight
-                * sa.func.ts_rank(
-                    vector,
-                    sa.func.to_tsquery(config, _quoted_lexeme(term) + ":*", type_=_TSQUERY),
-                    1,
-                )
-                for term, weight in weights.items()
+                _pg_idf(config, term, size) * sa.func.ts_rank(vector, _pg_prefix(config, term), 1)
+                for term in dict.fromkeys(terms)
             ),
             sa.literal(0.0),
         )
@@ -228,33 +218,36 @@ FREQUENCY_CAP = 2_000
 """Live facts counted at most per term for its document frequency on PostgreSQL: terms more
 common than that all weigh as one that common (the count stays a bounded index read)."""
 
-# One round trip: each term's live facts (as prefix), counted up to the cap through the GIN
-# index, and the table's size as the planner last estimated it.
-_PG_FREQUENCY = """
-(SELECT count(*) FROM (SELECT 1 FROM memory_facts WHERE valid_to IS NULL
- AND search_vector @@ to_tsquery(CAST(%(config)s AS regconfig), %(query_{i})s)
- LIMIT %(cap)s) AS hits{i})"""
-_PG_SIZE = "SELECT reltuples FROM pg_class WHERE oid = 'memory_facts'::regclass"
+
+def _pg_prefix(config: sa.ColumnElement, term: str) -> sa.ColumnElement:
+    return sa.func.to_tsquery(config, _quoted_lexeme(term) + ":*", type_=_TSQUERY)
 
 
-def pg_term_weights(engine: Engine, terms: Sequence[str]) -> dict[str, float]:
-    """Each of ``terms``' inverse document frequency among PostgreSQL's live facts, as BM25
-    weighs it (``ln(1 + (N − n + 0.5) / (n + 0.5))``, ``n`` the facts it matches as a prefix,
-    counted up to :data:`FREQUENCY_CAP`, ``N`` the table's estimated size): the ``ts_rank``
-    of a term is weighed by it, so that a rare term outweighs a common one as in SQLite's
-    ``bm25()``."""
-    params: dict[str, Any] = {"config": text_search_config(engine), "cap": FREQUENCY_CAP}
-    selects = []
-    for i, term in enumerate(terms):
-        params[f"query_{i}"] = _quoted_lexeme(term) + ":*"
-        selects.append(_PG_FREQUENCY.format(i=i))
-    sql = "SELECT (" + _PG_SIZE + "), " + ", ".join(selects)
-    estimate, *counts = _rows(engine, sql, params)[0]
-    size = max(float(estimate or 0), *counts, 1)
-    return {
-        term: math.log(1 + (size - count + 0.5) / (count + 0.5))
-        for term, count in zip(terms, counts, strict=True)
-    }
+def _pg_estimated_size() -> sa.ColumnElement:
+    """The table's size as the planner last estimated it (-1 before its first analysis)."""
+    pg_class = sa.table("pg_class", sa.column("oid"), sa.column("reltuples", sa.Float))
+    own = pg_class.c.oid == sa.text("'memory_facts'::regclass")
+    return sa.select(pg_class.c.reltuples).where(own).scalar_subquery()
+
+
+def _pg_idf(config: sa.ColumnElement, term: str, size: sa.ColumnElement) -> sa.ColumnElement:
+    """``term``'s inverse document frequency as BM25 weighs it, ``ln(1 + (N − n + 0.5) / (n +
+    0.5))`` = ``ln((N + 1) / (n + 0.5))``: ``n`` the live facts it matches as a prefix, counted
+    through the GIN index up to :data:`FREQUENCY_CAP`, ``N`` the table's estimated size (at
+    least the cap, so at least ``n``). An uncorrelated subquery: PostgreSQL computes it once per
+    search, in the search's own statement."""
+    facts = memory_facts.alias("frequency")
+    vector = sa.literal_column("frequency.search_vector", _TSVECTOR)
+    matching = (
+        sa.select(sa.literal(1))
+        .select_from(facts)
+        .where(facts.c.valid_to.is_(None), vector.op("@@")(_pg_prefix(config, term)))
+        .limit(FREQUENCY_CAP)
+        .subquery()
+    )
+    count = sa.select(sa.func.count()).select_from(matching).scalar_subquery()
+    total = sa.func.greatest(size, FREQUENCY_CAP)
+    return sa.func.ln((total + 1.0) / (count + 0.5))
 
 
 def pg_scope_term(scope: Scope) -> str:
