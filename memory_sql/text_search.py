@@ -8,8 +8,9 @@ a query is cut into terms by :func:`query_terms`, so both sides agree on every b
   ``strasse`` finds "Straße" and ``python`` finds "ＰＹＴＨＯＮ";
 - accents folded (:func:`fold`): the diacritics of the Latin, Greek and Cyrillic alphabets are
   dropped and a few letters without a decomposition spelled plainly (ø, ł, đ, æ, œ, …), so
-  ``cafe`` finds "Café" and ``café`` finds "cafe"; the marks of other scripts (kana's voicing,
-  Indic vowel signs, Thai tone marks) are letters of their words and stay;
+  ``cafe`` finds "Café" and ``café`` finds "cafe", and so are the optional vowel points of
+  Hebrew and Arabic; the marks of other scripts (kana's voicing, Indic vowel signs, Thai tone
+  marks) are letters of their words and stay;
 - words are runs of letters and digits; punctuation and symbols separate them and are never
   terms, so no user text can carry FTS5 or ``tsquery`` syntax into a query;
 - Chinese, Japanese and Korean characters are a term each (those scripts do not put spaces
@@ -69,9 +70,12 @@ _MARKS = _ranges(
 )
 _UNSPACED_MARKS = _ranges(*_UNSPACED_SPANS, category="M")
 _CLUSTER = re.compile(f".[{_UNSPACED_MARKS}]*", re.DOTALL)
-# The diacritics :func:`fold` drops: the general-purpose combining blocks (Latin, Greek, Cyrillic).
+# The diacritics :func:`fold` drops: the general-purpose combining blocks (Latin, Greek,
+# Cyrillic), and the optional vowel points of Hebrew and Arabic (niqqud, harakat).
 _DIACRITICS = re.compile(
-    "[\\u0300-\\u036f\\u1ab0-\\u1aff\\u1dc0-\\u1dff\\u20d0-\\u20ff\\ufe20-\\ufe2f]"
+    "[\\u0300-\\u036f\\u1ab0-\\u1aff\\u1dc0-\\u1dff\\u20d0-\\u20ff\\ufe20-\\ufe2f"
+    "\\u0591-\\u05bd\\u05bf\\u05c1\\u05c2\\u05c4\\u05c5\\u05c7"
+    "\\u064b-\\u065f\\u0670\\u06d6-\\u06dc\\u06df-\\u06e4\\u06e7\\u06e8\\u06ea-\\u06ed]"
 )
 _PLAIN_LETTERS = str.maketrans(
     {
@@ -135,8 +139,9 @@ def query_terms(text: str) -> list[str]:
 
 def fold(text: str) -> str:
     """``text`` folded for search: NFKC, ``casefold``, then the diacritics of the Latin, Greek
-    and Cyrillic alphabets dropped (NFD, the combining diacritical marks removed, NFC again) and
-    ø, đ, ð, ł, ħ, ŧ, ı, æ, œ, þ spelled o, d, d, l, h, t, i, ae, oe, th."""
+    and Cyrillic alphabets and the vowel points of Hebrew and Arabic dropped (NFD, those
+    combining marks removed, NFC again) and ø, đ, ð, ł, ħ, ŧ, ı, æ, œ, þ spelled o, d, d, l,
+    h, t, i, ae, oe, th."""
     folded = unicodedata.normalize("NFKC", text).casefold()
     if folded.isascii():
         return folded

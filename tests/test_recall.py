@@ -431,3 +431,5 @@ def test_scripts_without_spaces_and_with_combining_marks_are_cut_into_terms():
     assert search_text("हिन्दी") == "हिन्दी"  # vowel signs and virama stay in the word
     assert search_text("が好き 한국어") == "が 好 き 한 국 어"  # kana keeps its voicing mark
     assert search_text("ёлка Ελλάδα") == "елка ελλαδα"
+    assert search_text("كَتَبَ الدَّرْسَ") == search_text("كتب الدرس") == "كتب الدرس"  # harakat
+    assert search_text("שָׁלוֹם") == search_text("שלום") == "שלום"  # niqqud
