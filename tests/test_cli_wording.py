@@ -1,7 +1,7 @@
 """What ``memory-sql`` says, and how it exits: usage errors (Typer's panel, exit 2), ``--version``,
 connection errors named by what was being done, file errors without ``[Errno …]``, singular
 counts, help without type placeholders or stray line breaks, the activity chart's legend, and
-the README's examples and LICENSE agreeing with the code."""
+the documentation's examples and LICENSE agreeing with the code."""
 
 from __future__ import annotations
 
@@ -64,8 +64,8 @@ def test_report_top_names_its_own_option():
     assert "--top" in result.output and "largest" not in result.output, result.output
 
 
-def test_the_readme_says_how_failures_and_usage_errors_exit():
-    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+def test_the_docs_say_how_failures_and_usage_errors_exit():
+    readme = " ".join((ROOT / "docs" / "cli.md").read_text(encoding="utf-8").split())
     assert "one red `error:` line and exits with status 1" in readme
     assert "prints Typer's usage panel and exits with status 2" in readme
 
@@ -191,17 +191,17 @@ def test_the_activity_chart_has_a_legend_and_tells_removals_by_their_glyph(sqlit
     assert any("█" in line and "░" in line for line in result.output.splitlines())
 
 
-# README and LICENSE -----------------------------------------------------------------------------
+# docs and LICENSE -------------------------------------------------------------------------------
 
 
 def _readme_command(prefix: str) -> list[str]:
-    for line in (ROOT / "README.md").read_text(encoding="utf-8").splitlines():
+    for line in (ROOT / "docs" / "cli.md").read_text(encoding="utf-8").splitlines():
         if line.startswith(f"$ memory-sql {prefix} "):
             return shlex.split(line.removeprefix("$ memory-sql "), comments=True)
-    raise AssertionError(f"no `memory-sql {prefix}` line in the README")
+    raise AssertionError(f"no `memory-sql {prefix}` line in docs/cli.md")
 
 
-def test_the_readmes_facts_add_shows_up_in_its_facts_list(sqlite_url):
+def test_the_docs_facts_add_shows_up_in_its_facts_list(sqlite_url):
     added = runner.invoke(app, [*_readme_command("facts add"), "--url", sqlite_url])
     assert added.exit_code == 0, added.output
     listed = runner.invoke(app, [*_readme_command("facts list"), "--url", sqlite_url])

@@ -1,5 +1,5 @@
 """The tree's layering: each stage of the pipeline imports only the shared ground and the stages
-before it, and nothing of the core imports a skin (README → Layout).
+before it, and nothing of the core imports a skin (docs/layout.md).
 
 Every ``import`` and ``from … import`` of every module is read from its source (also those inside
 functions, and those only for type checking), so a lazy import cannot slip past."""

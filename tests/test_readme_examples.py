@@ -1,20 +1,23 @@
-"""The README's Python examples run as written: every ```python block, in order, in one folder
-holding the README's ```yaml block as config.yaml, with ``MEMORY_SQL_*`` variables pointing
-the config at a temporary SQLite file and the scripted chat-completions server."""
+"""The documentation's Python examples run as written: every ```python block of the Python,
+Recall and LangChain pages, in that (the site's) order, in one folder holding the
+Configuration page's ```yaml block as config.yaml, with ``MEMORY_SQL_*`` variables pointing
+the config at a temporary SQLite file and the scripted chat-completions server. (The
+getting-started page's example runs in tests/test_docs_getting_started.py, the client's in
+tests/test_readme_service.py.)"""
 
 from __future__ import annotations
 
 import json
 import os
-import re
-from pathlib import Path
 
 import pytest
+from doc_pages import blocks as page_blocks
 from llm_server import LABELS, ScriptedLLM
 
 from memory_sql import MemoryService, open_storage
 
-ROOT = Path(__file__).resolve().parent.parent
+PAGES = ("python.md", "recall.md", "langchain.md")
+CONFIG_PAGE = "settings.md"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 UPDATE = json.dumps(
     {
@@ -29,16 +32,17 @@ UPDATE = json.dumps(
 
 
 def blocks(language: str) -> list[str]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    return re.findall(rf"^```{language}\n(.*?)^```$", text, flags=re.M | re.S)
+    pages = (CONFIG_PAGE,) if language == "yaml" else PAGES
+    return page_blocks(language, *pages)
 
 
-def test_the_readme_has_python_examples_and_a_config():
-    assert len(blocks("python")) >= 3
+def test_the_pages_have_python_examples_and_a_config():
+    assert [len(page_blocks("python", page)) for page in PAGES] == [2, 1, 1]
     assert len(blocks("yaml")) == 1
+    assert page_blocks("python", "README.md") == []  # the README shows none it does not test
 
 
-def test_the_readmes_python_examples_run_as_written(tmp_path, monkeypatch):
+def test_the_pages_python_examples_run_as_written(tmp_path, monkeypatch):
     if not IN_CI:
         pytest.importorskip("langchain")  # the LangChain example needs the extra
     database = tmp_path / "readme.db"
@@ -56,7 +60,7 @@ def test_the_readmes_python_examples_run_as_written(tmp_path, monkeypatch):
         monkeypatch.setenv("MEMORY_SQL_LLM_API_KEY", "sk-test")
         try:
             for number, code in enumerate(blocks("python"), 1):
-                exec(compile(code, f"README.md python block {number}", "exec"), namespace)
+                exec(compile(code, f"docs python block {number}", "exec"), namespace)
         finally:
             for value in namespace.values():
                 if isinstance(value, MemoryService):

@@ -1,83 +1,65 @@
-"""The README's HTTP service walkthrough runs as written: the ```console block that starts the
-service (`db upgrade`, then `serve`, run in the background here) and the session block after
-it, each ``$`` command in one bash session, in a fresh folder, with the installed
-``memory-sql`` on ``PATH`` (as after ``source .venv/bin/activate``). Each command's output must
-match the one the README shows, where ``…`` stands for any text and a date for any date. Only
-the port differs: the README's 8080 becomes a free one."""
+"""The HTTP walkthrough runs as written, in the order the pages give it, as one session against
+one real ``memory-sql serve``: the HTTP service page's ```console block that starts the
+service (``db upgrade``, then ``serve``, run in the background here), its ``curl`` session
+(each ``$`` command in one bash session, in a fresh folder, with the installed ``memory-sql``
+on ``PATH``, as after ``source .venv/bin/activate``), its ```python session with the
+key the ``curl`` session made, then the MCP page's three client configs (the ```json blocks),
+each started as a client would start it, with the SDK's own client. Each command's output must
+match the one the page shows, where ``…`` stands for any text and a date for any date. Only
+the port, the key and the paths differ."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import io
 import os
-import re
 import shlex
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
+import httpx2
+from doc_pages import CLONE, blocks, commands, mcp_configs, pattern, without_comment
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
 from pg_cluster import free_port
+from server.mcp_session import ok
 
 ROOT = Path(__file__).resolve().parent.parent
 SKIPPED = ("source .venv/bin/activate",)  # done by the test: the installed command on PATH
+PAGE_URL = "http://127.0.0.1:8080"
 
 
 def console_blocks() -> list[str]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text[text.index("## HTTP service") :]
-    section = section[: section.index("\n## ", 1)]
-    return re.findall(r"^```console\n(.*?)^```$", section, flags=re.M | re.S)
+    return blocks("console", "http-service.md")
 
 
-def commands(block: str) -> list[tuple[str, str]]:
-    """Each ``$`` command of ``block`` (continuation lines and quoted newlines joined as the
-    shell joins them) with the output shown under it."""
-    found: list[tuple[str, list[str]]] = []
-    lines = block.splitlines()
-    index = 0
-    while index < len(lines):
-        line = lines[index]
-        assert line.startswith("$ "), f"output before any command: {line!r}"
-        command = line[2:]
-        while command.endswith("\\") or not _complete(command):
-            index += 1
-            command += "\n" + lines[index]
-        index += 1
-        output = []
-        while index < len(lines) and not lines[index].startswith("$ "):
-            output.append(lines[index])
-            index += 1
-        found.append((command, output))
-    return [(command, "\n".join(output)) for command, output in found]
+def test_the_pages_have_the_walkthrough_the_client_session_and_three_mcp_configs():
+    starts = [b for b in console_blocks() if "memory-sql serve --url" in b and "curl" not in b]
+    sessions = [b for b in console_blocks() if b.startswith("$ KEY=$(memory-sql keys create")]
+    assert (len(starts), len(sessions)) == (1, 1)
+    assert len(blocks("python", "http-service.md")) == 1
+    configs = mcp_configs()
+    assert [c.get("type", "stdio") for c in configs] == ["http", "stdio", "stdio"]
+    # every config names the walkthrough's user and agent; the stdio ones by an absolute path
+    assert configs[0]["headers"]["X-Memory-User"] == "alice"
+    assert configs[0]["headers"]["X-Memory-Agent"] == "coder"
+    for config in configs[1:]:
+        assert Path(config["command"]).is_absolute(), config["command"]
+        args = config["args"]
+        assert args[args.index("--user") + 1] == "alice"
+        assert args[args.index("--agent") + 1] == "coder"
 
 
-def _complete(command: str) -> bool:
-    try:
-        shlex.split(command, comments=True)
-    except ValueError:
-        return False
-    return True
-
-
-def without_comment(command: str) -> str:
-    """``command`` without its trailing comment (two spaces or more, then ``#``)."""
-    return re.split(r"\s{2,}#", command, maxsplit=1)[0].rstrip()
-
-
-def pattern(shown: str) -> re.Pattern[str]:
-    text = re.escape(shown)
-    text = text.replace("…", ".*?")
-    text = re.sub(r"\d{4}\\-\d{2}\\-\d{2},\\ \w+day", r"\\d{4}-\\d{2}-\\d{2}, \\w+day", text)
-    text = re.sub(r"fact_[0-9a-f]{12}", "fact_[0-9a-f]{12}", text)
-    text = re.sub(r'"cursor":"[A-Za-z0-9_-]+"', '"cursor":"[A-Za-z0-9_-]+"', text)
-    return re.compile(text, re.S)
-
-
-def test_the_http_walkthrough_runs_as_written(tmp_path):
-    blocks = console_blocks()
-    (start,) = [b for b in blocks if "memory-sql serve --url" in b and "curl" not in b]
-    (session,) = [b for b in blocks if b.startswith("$ KEY=$(memory-sql keys create")]
+def test_the_http_walkthrough_runs_as_written_in_order(tmp_path, monkeypatch):
+    blocks_ = console_blocks()
+    (start,) = [b for b in blocks_ if "memory-sql serve --url" in b and "curl" not in b]
+    (session,) = [b for b in blocks_ if b.startswith("$ KEY=$(memory-sql keys create")]
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "MEMORY_SQL_"))}
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
@@ -113,13 +95,14 @@ def test_the_http_walkthrough_runs_as_written(tmp_path):
             done = run(command)
             assert done.returncode == 0, (command, done.stdout, done.stderr)
 
-        # The session: one bash, so that $KEY and $FACT carry from one command to the next;
-        # each command's output goes to a file of its own.
+        # The curl session: one bash, so that $KEY and $FACT carry from one command to the
+        # next; each command's output goes to a file of its own, and the key to one at the end.
         script = []
         steps = commands(session)
         for number, (command, _shown) in enumerate(steps):
             command = command.replace("8080", str(port))
             script.append(f"{{ {command}\n}} > out.{number} 2> err.{number}; echo $? > rc.{number}")
+        script.append('echo "$KEY" > key')
         done = run("\n".join(script))
         assert done.returncode == 0, done.stderr
         for number, (command, shown) in enumerate(steps):
@@ -131,12 +114,75 @@ def test_the_http_walkthrough_runs_as_written(tmp_path):
                 assert pattern(shown).fullmatch(output), (command, shown, output)
             else:
                 assert output == "", (command, output)
+        key = (tmp_path / "key").read_text().strip()
+        assert key.startswith("msk_")
+
+        base_url = f"http://127.0.0.1:{port}"
+        _the_client_session_goes_on(base_url, key, monkeypatch)
+        _the_mcp_configs_read_the_walkthroughs_memory(base_url, key, tmp_path)
     finally:
         if server is not None:
             server.send_signal(signal.SIGTERM)
             server.wait(30)
     assert server.returncode == 0, (tmp_path / "serve.log").read_text()
-    assert (tmp_path / "memory.db").exists()  # the README's own file, in the working folder
+    assert (tmp_path / "memory.db").exists()  # the page's own file, in the working folder
+
+
+def _the_client_session_goes_on(base_url: str, key: str, monkeypatch) -> None:
+    """The ```python block, after the curl session, with the key it made."""
+    monkeypatch.setenv("MEMORY_SQL_API_KEY", key)
+    (code,) = blocks("python", "http-service.md")
+    assert PAGE_URL in code
+    namespace: dict[str, Any] = {}
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(code.replace(PAGE_URL, base_url), "docs client", "exec"), namespace)
+    text = printed.getvalue()
+    assert "<user_memory>" in text, text
+    assert "Deploys with pnpm, never npm" in text and "Runs CI on GitHub Actions" in text
+    # the numbers the page's comments give, in the walkthrough's order
+    assert "the memory is no longer at version 3 (it is now 4)" in text, text
+    assert namespace["queued"].queued is True
+    assert [f.id for f in namespace["found"].facts] == [namespace["added"].fact.id]
+    changed, added = namespace["changed"], namespace["added"]
+    assert (changed.version, changed.fact.confidence) == (added.version + 1, 0.95)
+
+
+def _the_mcp_configs_read_the_walkthroughs_memory(base_url: str, key: str, folder: Path) -> None:
+    http_config, local_config, remote_config = mcp_configs()
+    script = str(Path(sys.executable).parent / "memory-sql")
+    inherited = {"PYTHONPATH": str(ROOT), "HOME": str(folder)}
+
+    def real(text: str) -> str:
+        return (
+            text.replace(PAGE_URL, base_url)
+            .replace("msk_…", key)
+            .replace(f"{CLONE}/.venv/bin/memory-sql", script)
+            .replace(CLONE, str(folder))
+        )
+
+    async def memory(client: Client) -> dict[str, Any]:
+        async with client:
+            return ok(await client.call_tool("get_memory", {}))
+
+    async def session() -> list[dict[str, Any]]:
+        headers = {name: real(value) for name, value in http_config["headers"].items()}
+        http = httpx2.AsyncClient(headers=headers, timeout=30.0)
+        async with http:
+            transport = streamable_http_client(real(http_config["url"]), http_client=http)
+            answers = [await memory(Client(transport))]
+        for config in (local_config, remote_config):
+            params = StdioServerParameters(
+                command=real(config["command"]),
+                args=[real(arg) for arg in config["args"]],
+                env={**{k: real(v) for k, v in config["env"].items()}, **inherited},
+            )
+            answers.append(await memory(Client(params)))
+        return answers
+
+    walkthrough = ["Deploys with pnpm, never npm", "Runs CI on GitHub Actions"]
+    for answer in asyncio.run(session()):
+        assert sorted(f["content"] for f in answer["facts"]) == walkthrough, answer
 
 
 def _wait_for(url: str, server: subprocess.Popen[bytes], log: Path) -> None:

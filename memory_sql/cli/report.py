@@ -31,7 +31,7 @@ def report(
 ) -> None:
     """Show facts per category, confidence, activity, largest memories, the queue and LLM usage.
 
-    Everything comes from the reporting views (see the README for querying them directly).
+    Everything comes from the reporting views (docs/tables.md shows how to query them directly).
 
     Example:
         memory-sql report --tenant default --days 30 --url sqlite:///memory.db

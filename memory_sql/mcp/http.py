@@ -4,7 +4,8 @@ Every request to ``/mcp`` is authenticated as the routes' are
 (:func:`memory_sql.server.auth.identify`: ``Authorization: Bearer msk_…``, an operator key
 with ``X-Memory-Tenant``); the tools then act for the key's tenant only, inside its
 ``acting_for`` (PostgreSQL row-level security), with the key's role (a ``read`` key cannot
-add a fact). ``X-Memory-User`` fixes the user, as ``memory-sql mcp --user`` does over stdio.
+add a fact). ``X-Memory-User`` fixes the user, as ``memory-sql mcp --user`` does over stdio,
+and ``X-Memory-Agent`` names the agent of a call that names none, as ``--agent`` does.
 
 The transport is stateless and answers JSON: any process behind a load balancer can answer
 any request, and nothing is held between requests. The SDK's DNS-rebinding check (of
@@ -33,6 +34,7 @@ from .backends import LocalMemory
 from .tools import Access, build_server
 
 USER_HEADER = "X-Memory-User"
+AGENT_HEADER = "X-Memory-Agent"
 _ACCESS = "memory_sql_mcp_access"
 
 
@@ -91,8 +93,17 @@ class McpEndpoint:
                 user = MemoryScope.of(user_id=user).user_id
             except ValueError as exc:
                 raise ApiError(400, "invalid_request", f"{USER_HEADER}: {exc}") from None
+        agent = request.headers.get(AGENT_HEADER)
+        if agent is not None:
+            try:
+                agent = MemoryScope.of(user_id="mcp", agent_name=agent).agent_name
+            except ValueError as exc:
+                raise ApiError(400, "invalid_request", f"{AGENT_HEADER}: {exc}") from None
         return Access(
-            LocalMemory(state.service, caller.tenant_id), user_id=user, role=caller.key.role
+            LocalMemory(state.service, caller.tenant_id),
+            user_id=user,
+            agent_name=agent,
+            role=caller.key.role,
         )
 
 
@@ -104,4 +115,4 @@ def _access_of_request(ctx: Context | None) -> Access:
     return access
 
 
-__all__ = ["PATH", "USER_HEADER", "McpEndpoint"]
+__all__ = ["AGENT_HEADER", "PATH", "USER_HEADER", "McpEndpoint"]

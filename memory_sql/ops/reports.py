@@ -1,6 +1,6 @@
 """Reading the reporting views (Alembic revision 0004) into one JSON-ready summary.
 
-The views are plain SQL over the tables and can be queried directly (see the README):
+The views are plain SQL over the tables and can be queried directly (see docs/tables.md):
 
 - ``memory_report_categories``: tenant_id, category, facts, avg_confidence, min_confidence,
   max_confidence;

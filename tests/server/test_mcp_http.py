@@ -173,6 +173,35 @@ def test_a_stale_version_is_a_version_conflict_and_changes_nothing(
     run(session())
 
 
+def test_x_memory_agent_names_the_agent_of_a_call_that_names_none(
+    service: ServiceProcess, make_key: Callable[..., str]
+) -> None:
+    key = make_key("acme", "write")
+    headers = {"X-Memory-User": "alice", "X-Memory-Agent": "coder"}
+
+    async def session() -> None:
+        async with over_http(service.base_url, key, **headers) as mcp:
+            ok(await mcp.call_tool("add_fact", {"content": "Deploys with pnpm"}))
+            memory = ok(await mcp.call_tool("get_memory", {}))
+            assert [f["content"] for f in memory["facts"]] == ["Deploys with pnpm"]
+            unnamed = ok(await mcp.call_tool("get_memory", {"agent_name": "other"}))
+            assert unnamed["facts"] == []
+
+    run(session())
+    with service.client(key) as http:  # the fact is in alice's memory of the agent coder
+        coder = http.get("/v1/users/alice/facts", params={"agent_name": "coder"}).json()
+        unnamed = http.get("/v1/users/alice/facts")
+    assert [f["content"] for f in coder["facts"]] == ["Deploys with pnpm"]
+    assert unnamed.status_code == 404  # the unnamed agents' memory was never written
+    answer = httpx.post(
+        f"{service.base_url}/mcp",
+        json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}},
+        headers={"Authorization": f"Bearer {key}", "X-Memory-Agent": "no agent"},
+        timeout=10,
+    )
+    assert answer.status_code == 400 and "X-Memory-Agent" in answer.json()["error"]["message"]
+
+
 def test_tenants_and_roles_are_the_keys(
     service: ServiceProcess, make_key: Callable[..., str]
 ) -> None:
