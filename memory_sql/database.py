@@ -5,12 +5,9 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import re
-import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
 import sqlalchemy as sa
@@ -18,14 +15,18 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, Engine, make_url
 
 from . import tenancy
+from .driver_errors import DATABASE_ERRORS, is_locked
+from .driver_errors import SQLITE_BUSY_TIMEOUT_SECONDS as SQLITE_BUSY_TIMEOUT_SECONDS
+from .driver_errors import database_errors as database_errors
+from .driver_errors import is_disconnect as is_disconnect
 from .errors import StorageError
+from .redaction import redacted as redacted
 
 logger = logging.getLogger(__name__)
 P = ParamSpec("P")
 T = TypeVar("T")
 DEFAULT_DATABASE_URL = "sqlite:///memory_sql.db"
 URL_ENV = "MEMORY_SQL_DATABASE_URL"
-SQLITE_BUSY_TIMEOUT_SECONDS = 30.0
 CONNECT_TIMEOUT_SECONDS = 10.0
 STATEMENT_TIMEOUT_SECONDS = 30.0
 _SUPPORTED_DRIVERS = ("sqlite", "sqlite+pysqlite", "postgresql+psycopg")
@@ -128,98 +129,10 @@ def _journal_mode_wal(cursor: Any) -> None:
         try:
             cursor.execute("PRAGMA journal_mode=WAL")
             return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() > deadline:
+        except DATABASE_ERRORS as exc:
+            if not is_locked(exc) or time.monotonic() > deadline:
                 raise
             time.sleep(0.02)
-
-
-@contextmanager
-def database_errors(engine: Engine, what: str) -> Iterator[None]:
-    """The one place a driver or SQLAlchemy error becomes a :class:`StorageError` naming
-    ``what`` was being done and the database (password hidden)."""
-    try:
-        yield
-    except sa.exc.SQLAlchemyError as exc:
-        orig = getattr(exc, "orig", None)
-        reason = str(orig).strip().splitlines()[0] if orig is not None else str(exc)
-        raise StorageError(
-            f"{what}: database {_shown(engine.url)} failed: {_explained(reason)}"
-        ) from exc
-
-
-# Driver messages an operator meets, said in terms of what to check.
-_EXPLAINED = (
-    (
-        re.compile(r"attempt to write a readonly database", re.I),
-        "the SQLite file is read-only (SQLite must write the file and create its -wal and "
-        "-shm files beside it: check the permissions of the file and of its folder)",
-    ),
-    (
-        re.compile(r"unable to open database file", re.I),
-        "cannot open the SQLite file (its folder is missing, or not writable for the -wal "
-        "and -shm files SQLite creates beside it)",
-    ),
-    (
-        re.compile(r"database is locked", re.I),
-        f"the SQLite file stayed locked by another writer for {SQLITE_BUSY_TIMEOUT_SECONDS:g} s",
-    ),
-    (
-        re.compile(r"Connection refused", re.I),
-        "connection refused: no server is listening there (is PostgreSQL running?)",
-    ),
-    (
-        re.compile(r"read-only transaction", re.I),
-        "the database is read-only (a standby, or default_transaction_read_only is on): "
-        "memory_sql needs a writable primary",
-    ),
-    (
-        re.compile(r"terminating connection|server closed the connection", re.I),
-        "the server closed the connection (restarting or shutting down)",
-    ),
-)
-
-
-def _explained(reason: str) -> str:
-    for pattern, explanation in _EXPLAINED:
-        if pattern.search(reason):
-            return explanation
-    return reason
-
-
-def _shown(url: URL) -> str:
-    """The database as a message names it: a SQLite file by its path, others by URL."""
-    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
-        path = url.database
-        return path[len("file:") :] if url.query.get("uri") and path.startswith("file:") else path
-    return redacted(url)
-
-
-def check_writable(engine: Engine) -> None:
-    """Raise a :class:`StorageError` saying what is wrong unless the database takes writes.
-
-    The probe writes nothing and rolls back: on SQLite it rewrites the migration stamp to
-    itself; on PostgreSQL, whose read-only transactions refuse any UPDATE before looking for
-    rows, it updates no row of the queue (a role the service runs as may update the queue,
-    not the stamp)."""
-    sqlite = engine.dialect.name == "sqlite"
-    with database_errors(engine, "memory_sql needs to write"), engine.connect() as conn:
-        conn = conn.execution_options(**({"sqlite_begin": "IMMEDIATE"} if sqlite else {}))
-        with conn.begin() as transaction:
-            conn.exec_driver_sql(
-                "UPDATE alembic_version SET version_num = version_num"
-                if sqlite
-                else "UPDATE memory_pending_updates SET attempts = attempts WHERE false"
-            )
-            transaction.rollback()
-
-
-def is_disconnect(exc: BaseException) -> bool:
-    """Whether ``exc`` (or the driver error behind a :class:`StorageError`) is a pooled
-    connection found dead, as after a database restart. SQLAlchemy then discards every
-    connection the pool held, so the next checkout makes a fresh one."""
-    cause = exc.__cause__ if isinstance(exc, StorageError) else exc
-    return isinstance(cause, sa.exc.DBAPIError) and cause.connection_invalidated
 
 
 def reconnecting(call: Callable[P, T]) -> Callable[P, T]:
@@ -234,7 +147,7 @@ def reconnecting(call: Callable[P, T]) -> Callable[P, T]:
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
         try:
             return call(*args, **kwargs)
-        except (StorageError, sa.exc.DBAPIError) as exc:
+        except (StorageError, *DATABASE_ERRORS) as exc:
             if not is_disconnect(exc):
                 raise
             logger.info("database connection found dead (%s); trying again", type(exc).__name__)
@@ -278,75 +191,3 @@ class OutageLog:
             logger.warning(
                 "%s: database answers again after %.1f s", self.what, time.monotonic() - since
             )
-
-
-def redacted(url: URL | str | os.PathLike[str]) -> str:
-    """A database URL, an http(s) URL or a path as text safe for messages and logs.
-
-    Secrets are replaced by ``***``: the password of the ``user:password@`` part, and the value
-    of every query parameter whose name holds ``pass``, ``pwd``, ``secret``, ``token``, ``key``,
-    ``sig``, ``credential`` or ``auth`` (``password``, ``sslpassword``, ``api_key``,
-    ``access_token``, …). The user name, host, port, path and other parameters stay. A
-    database URL (a :class:`~sqlalchemy.engine.URL`, or text with a ``scheme://`` other than
-    http or https that SQLAlchemy can parse) is read as SQLAlchemy reads it, and rendered by it;
-    any other text with ``://`` is masked as it is written. Text without ``://`` (a folder or
-    a file) is returned unchanged. Never raises.
-    """
-    if isinstance(url, URL):
-        return _render_database_url(url)
-    text = os.fspath(url)
-    if "://" not in text:
-        return text
-    if text.split("://", 1)[0].lower() not in ("http", "https"):
-        try:
-            return _render_database_url(make_url(text))
-        except Exception:  # not a URL SQLAlchemy reads: mask it as text
-            pass
-    return _mask_url_text(text)
-
-
-_MASK = "***"
-
-
-def _secret_parameter(name: str) -> bool:
-    return re.search(r"pass|pwd|secret|token|key|sig|credential|auth", name, re.I) is not None
-
-
-def _render_database_url(url: URL) -> str:
-    from urllib.parse import quote_plus
-
-    if url.host and "@" in url.host:
-        # A raw "@" in the password: SQLAlchemy took the password's end for part of the host.
-        url = url.set(host=_MASK + url.host[url.host.rindex("@") :])
-    text = url.set(query={}).render_as_string(hide_password=True)
-    query = []
-    for name, values in url.query.items():
-        for value in (values,) if isinstance(values, str) else values:
-            shown = _MASK if _secret_parameter(name) else quote_plus(value)
-            query.append(f"{quote_plus(name)}={shown}")
-    return text + "?" + "&".join(query) if query else text
-
-
-def _mask_url_text(text: str) -> str:
-    from urllib.parse import unquote_plus
-
-    # scheme://user:password@host… as SQLAlchemy splits it: the password runs to the first "@"
-    # and, should the host then hold another "@", to its last one.
-    match = re.match(r"([^:/?#@]*://[^:/]*):([^@]*)@([^/?#]*)", text)
-    if match:
-        host = match.group(3)
-        if "@" in host:
-            host = _MASK + host[host.rindex("@") :]
-        text = f"{match.group(1)}:{_MASK}@{host}{text[match.end() :]}"
-    start = text.find("?", text.find("://") + 3)
-    if start < 0:
-        return text
-    end = text.find("#", start)
-    end = len(text) if end < 0 else end
-    pairs = []
-    for pair in text[start + 1 : end].split("&"):
-        name, equals, _ = pair.partition("=")
-        pairs.append(
-            f"{name}={_MASK}" if equals and _secret_parameter(unquote_plus(name)) else pair
-        )
-    return text[: start + 1] + "&".join(pairs) + text[end:]

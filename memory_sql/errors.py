@@ -193,3 +193,19 @@ class UpdateNotFoundError(MemorySQLError, LookupError):
     def __init__(self, key: str) -> None:
         self.key = key
         super().__init__(f"no update in the queue matches {key}")
+
+
+class CapabilityMissingError(MemorySQLError, NotImplementedError):
+    """The storage in use lacks a capability the call needs (see
+    :mod:`memory_sql.storage.capabilities`): the JSON-file store keeps no update queue, no
+    history, no LLM budgets, for example. ``capability`` names it, ``storage`` the backend."""
+
+    def __init__(self, capability: str, storage: str, needed_by: str | None = None) -> None:
+        self.capability = capability
+        self.storage = storage
+        self.needed_by = needed_by
+        who = f"{needed_by} needs" if needed_by else "this needs"
+        super().__init__(
+            f"{who} the storage capability {capability!r}, which {storage} lacks: use a SQL "
+            "database (sqlite:///… or postgresql+psycopg://…) as storage"
+        )

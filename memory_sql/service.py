@@ -38,7 +38,7 @@ from sqlalchemy.engine import Engine
 
 from . import migrations
 from .config import MemoryConfig
-from .database import check_writable, create_engine
+from .database import create_engine
 from .errors import LeaseLostError, MemorySQLError, SpoolFullError
 from .intake import KeptConversation, take_conversation
 from .models import MemoryDocument, utcnow
@@ -48,6 +48,7 @@ from .queue.manage import QueueChange, QueuedUpdate, UpdateKey
 from .recall.context import Recall
 from .scope import Scope, check_thread_id
 from .storage import FileStorage, MemoryStorage, SQLStorage, load_storage_class
+from .storage.writable import check_writable
 from .tenancy import acting_for
 from .tokens import make_token_counter
 from .update import watermark

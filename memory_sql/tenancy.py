@@ -36,10 +36,10 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-import psycopg
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import DisconnectionError
+
+from .driver_errors import DRIVER_ERRORS, DisconnectionError
 
 SETTING = "memory_sql.tenant_id"
 """The PostgreSQL setting the policies compare ``tenant_id`` to."""
@@ -120,7 +120,7 @@ class _TenantGuard:
             with dbapi_connection.cursor() as cursor:
                 cursor.execute("SELECT set_config(%s, %s, false)", (SETTING, tenant))
             dbapi_connection.autocommit = autocommit
-        except psycopg.Error as exc:
+        except DRIVER_ERRORS as exc:
             # A pooled connection found dead: the pool discards it and checks out another.
             raise DisconnectionError(f"cannot set {SETTING}: {exc}") from exc
         info[SETTING] = tenant

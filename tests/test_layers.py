@@ -25,6 +25,8 @@ LAYERS: list[tuple[str, set[str]]] = [
             "scope",
             "tenancy",
             "database",
+            "driver_errors",
+            "redaction",
             "schema",
             "migrations",
             "pattern_files",
@@ -124,3 +126,40 @@ def test_the_checker_sees_a_lazy_inversion() -> None:
     )
     assert _tops_in(source, ["memory_sql", "intake"]) == {"service", "server", "ops"}
     assert _tops_in("from . import signals", ["memory_sql", "intake"]) == {"intake"}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imported_modules(path: Path, known: set[str]) -> set[str]:
+    """The memory_sql modules ``path`` imports (also lazily), by dotted name."""
+    name = _module_name(path)
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                target = ".".join([*base, *(node.module.split(".") if node.module else [])])
+            else:
+                target = node.module or ""
+            found |= {target} & known
+            found |= {f"{target}.{alias.name}" for alias in node.names} & known
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names} & known
+    return found - {name}
+
+
+def test_no_two_modules_import_each_other() -> None:
+    """A package and its own modules aside (``__init__`` re-exports them)."""
+    paths = {_module_name(path): path for path in PACKAGE.rglob("*.py")}
+    graph = {name: _imported_modules(path, set(paths)) for name, path in paths.items()}
+    circles = sorted(
+        f"{a} <-> {b}"
+        for a, imported in graph.items()
+        for b in imported
+        if a < b and a in graph[b] and not (b.startswith(a + ".") or a.startswith(b + "."))
+    )
+    assert circles == []

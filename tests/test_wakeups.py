@@ -1,4 +1,4 @@
-"""Wake-ups across processes (memory_sql.queue.wakeups): a separate ``memory-sql worker`` learns a
+"""Wake-ups across processes (memory_sql.storage.wakeups): a separate ``memory-sql worker`` learns a
 conversation another process queued within seconds, not at its 60 s sweep, on both databases;
 the PostgreSQL listener comes back after its connection is killed; a debounced row runs at its
 due time; revision 0013's triggers notify only for claimable rows, and go with a downgrade."""
@@ -24,10 +24,10 @@ from memory_sql.intake.messages import Message
 from memory_sql.intake.signals import Signals
 from memory_sql.models import utcnow
 from memory_sql.queue import UpdateQueue
-from memory_sql.queue.wakeups import LISTENER_NAME, ChangePoller, NotifyListener, due_time
 from memory_sql.scope import Scope
 from memory_sql.server.keys import create_key
 from memory_sql.service import MemoryService
+from memory_sql.storage.wakeups import LISTENER_NAME, ChangePoller, NotifyListener, due_time
 
 ROOT = Path(__file__).resolve().parent.parent
 SWEEP = 60.0  # the default: a wake-up within seconds cannot be the sweep's

@@ -11,7 +11,6 @@ from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
-from urllib.parse import unquote, urlsplit
 
 import typer
 import typer.core
@@ -25,6 +24,7 @@ from ..config import MemoryConfig
 from ..database import URL_ENV, create_engine, resolve_url
 from ..errors import MemorySQLError, StorageError
 from ..migrations import ensure_at_head
+from ..storage.dialects import database_file
 
 
 class _Conventions:
@@ -338,13 +338,5 @@ def database_url(target: str | URL | None, *, create: bool) -> URL:
 def sqlite_file(url: URL) -> Path | None:
     """The file a SQLite URL opens (``sqlite:///path.db``, or ``sqlite:///file:path?uri=true``),
     ``None`` for an in-memory database or another backend."""
-    if url.get_backend_name() != "sqlite":
-        return None
-    database = url.database or ""
-    if str(url.query.get("uri", "")).lower() in ("true", "1") and database.startswith("file:"):
-        if str(url.query.get("mode", "")) == "memory":
-            return None
-        database = unquote(urlsplit(database).path)
-    if database in ("", ":memory:"):
-        return None
-    return Path(database)
+    database = database_file(url)
+    return None if database is None else Path(database)

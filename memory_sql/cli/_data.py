@@ -9,14 +9,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
-import sqlalchemy as sa
 import typer
 from sqlalchemy.engine import Engine
 
 from ..migrations import open_engine
-from ..schema import memory_scopes
 from ..scope import Scope
 from ..storage import SQLStorage
+from ..storage.users import other_tenants as other_tenants
 from ._common import err, lit, sql_database
 
 UserOption = Annotated[str, typer.Option("--user", help="The user whose memory it is.")]
@@ -82,22 +81,6 @@ def sql_storage(
             storage.close()
     finally:
         engine.dispose()
-
-
-def other_tenants(engine: Engine, scope: Scope) -> list[str]:
-    """The tenants other than ``scope``'s that hold a memory of ``scope``'s user (any agent)."""
-    statement = (
-        sa.select(memory_scopes.c.tenant_id)
-        .where(
-            memory_scopes.c.user_id == scope.user_id,
-            memory_scopes.c.tenant_id != scope.tenant_id,
-        )
-        .distinct()
-        .order_by(memory_scopes.c.tenant_id)
-        .limit(11)
-    )
-    with engine.connect() as conn:
-        return list(conn.execute(statement).scalars())
 
 
 def note_other_tenants(engine: Engine, scope: Scope, tenant: str | None) -> None:

@@ -137,7 +137,7 @@ def db_grant(
     Example:
         memory-sql db grant --role memory_app --apply --url postgresql://postgres@127.0.0.1/memory
     """
-    from ..server.grants import apply_grants, grant_statements
+    from ..storage.grants import apply_grants, grant_statements
 
     engine = create_engine(sql_database(config, url, create=False), statement_timeout=None)
     try:

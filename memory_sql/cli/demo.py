@@ -23,6 +23,7 @@ from ..config import MemoryConfig
 from ..database import create_engine, redacted, resolve_url
 from ..demo import SampleConversation, load_conversations
 from ..demo.replay import MODEL, ReplayLLM, load_recordings
+from ..driver_errors import DATABASE_ERRORS
 from ..errors import MemorySQLError
 from ..models import MemoryDocument
 from ..scope import Scope
@@ -274,9 +275,10 @@ def _check_is_demo(url: str, path: Path) -> None:
             if "memory_pending_updates" in tables:
                 rows = conn.execute(sa.text("SELECT user_id FROM memory_pending_updates"))
                 users |= {row[0] for row in rows}
-    except sa.exc.DatabaseError as exc:
+    except DATABASE_ERRORS as exc:
         raise MemorySQLError(
-            f"{path} exists and cannot be read as SQLite ({exc.orig}); not deleting it"
+            f"{path} exists and cannot be read as SQLite ({getattr(exc, 'orig', exc)}); "
+            "not deleting it"
         ) from None
     finally:
         engine.dispose()

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-import sqlalchemy as sa
 import typer
 from rich.logging import RichHandler
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -24,9 +23,9 @@ from ..database import OutageLog, redacted
 from ..errors import ConfigError, MemorySQLError, StorageError
 from ..intake.messages import normalize_messages
 from ..ops.transfer import TOO_DEEP
-from ..schema import memory_pending_updates as pending
 from ..scope import Scope, check_thread_id
 from ..service import MemoryService
+from ..storage import queue_rows
 from ._common import ConfigOption, UrlOption, app, command, err, lit, load_config, out, plural
 from ._data import AgentOption, TenantOption, UserOption, note_other_tenants
 
@@ -393,26 +392,18 @@ def _finish(
 def leftover_updates(service: MemoryService, keys: Iterable[tuple[Scope, str]]) -> list[str]:
     """One line for each of ``keys`` still in the queue: its state and last error."""
     wanted = [(s.tenant_id, s.user_id, s.agent_key, thread) for s, thread in keys]
-    columns = (pending.c.tenant_id, pending.c.user_id, pending.c.agent_name, pending.c.thread_id)
     lines = []
-    with service.queue.engine.connect() as conn:
-        for start in range(0, len(wanted), 500):
-            rows = conn.execute(
-                sa.select(
-                    *columns, pending.c.status, pending.c.attempts, pending.c.last_error
-                ).where(sa.tuple_(*columns).in_(wanted[start : start + 500]))
-            )
-            for row in rows:
-                scope = f"{row.tenant_id}/{row.user_id}/{row.agent_name or '-'}"
-                where = f"{scope} thread {row.thread_id}"
-                if row.status == "failed":
-                    state = f"failed after {row.attempts} attempts"
-                elif row.last_error:
-                    state = f"attempt {row.attempts} failed, will retry"
-                else:
-                    state = "still pending (timed out waiting)"
-                error = f": {row.last_error}" if row.last_error else ""
-                lines.append(f"{where}: {state}{error}")
+    for row in queue_rows.rows_of_threads(service.queue.engine, wanted):
+        scope = f"{row.tenant_id}/{row.user_id}/{row.agent_name or '-'}"
+        where = f"{scope} thread {row.thread_id}"
+        if row.status == "failed":
+            state = f"failed after {row.attempts} attempts"
+        elif row.last_error:
+            state = f"attempt {row.attempts} failed, will retry"
+        else:
+            state = "still pending (timed out waiting)"
+        error = f": {row.last_error}" if row.last_error else ""
+        lines.append(f"{where}: {state}{error}")
     return sorted(lines)
 
 

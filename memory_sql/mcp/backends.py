@@ -14,13 +14,13 @@ from typing import Any, Protocol
 from .. import ops
 from ..client import MemoryClient, NotFound
 from ..client.results import Context, EventPage, FactChange, FactPage, Queued, StoredFact
-from ..errors import ConfigError, FactNotFoundError
+from ..errors import CapabilityMissingError, ConfigError, FactNotFoundError
 from ..models import MemoryDocument
 from ..ops import history
 from ..scope import Scope
 from ..server.routes.conversations import checked_messages, queue_checked
 from ..service import MemoryService
-from ..storage import SQLStorage
+from ..storage.capabilities import Capability, require
 from ..tenancy import acting_for
 
 
@@ -84,12 +84,12 @@ class LocalMemory:
 
     def __init__(self, service: MemoryService, tenant_id: str) -> None:
         storage = service.storage
-        if not isinstance(storage, SQLStorage):
+        try:
+            self.engine = require(storage, Capability.OPERATIONS, needed_by="the MCP server")
+        except CapabilityMissingError as exc:
             raise ConfigError(
-                "the MCP server needs a SQL database as storage (sqlite:///… or "
-                f"postgresql+psycopg://…), not {service.config.storage!r}",
-                key="storage",
-            )
+                f"{exc} (storage is {service.config.storage!r})", key="storage"
+            ) from exc
         self.service = service
         self.storage = storage
         self.tenant_id = Scope.of(tenant_id=tenant_id).tenant_id
@@ -123,7 +123,7 @@ class LocalMemory:
         scope = self._scope(user_id, agent_name)
         with self._acting():
             records = ops.search_facts(
-                self.storage.engine,
+                self.engine,
                 query,
                 category=category,
                 min_confidence=min_confidence,
@@ -215,7 +215,7 @@ class LocalMemory:
         scope = self._scope(user_id, agent_name)
         with self._acting():
             events, cursor = history.change_log(
-                self.storage.engine, scope, fact_id=fact_id, after=after, limit=limit
+                self.engine, scope, fact_id=fact_id, after=after, limit=limit
             )
         if not events and after is None:
             raise FactNotFoundError(str(scope), fact_id)

@@ -28,8 +28,8 @@ from ..errors import MemorySQLError
 from ..scope import Scope as MemoryScope
 from ..server.auth import TENANT_HEADER, identify
 from ..server.errors import ApiError, error_response
-from ..server.mcp_mount import PATH
 from ..server.state import ServerState
+from . import HTTP_PATH as PATH
 from .backends import LocalMemory
 from .tools import Access, build_server
 

@@ -25,11 +25,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
-import sqlalchemy as sa
 from pydantic import ValidationError
 from sqlalchemy.engine import Engine
 
-from ..database import database_errors
 from ..errors import (
     ImportFileError,
 )
@@ -37,11 +35,9 @@ from ..models import (
     Fact,
     MemoryDocument,
 )
-from ..schema import (
-    memory_scopes,
-)
 from ..scope import Scope
 from ..storage import MemoryStorage, SQLStorage
+from ..storage.users import memory_keys
 from .modify import describe_validation_error, modify
 
 
@@ -226,11 +222,6 @@ def import_scoped(storage: MemoryStorage, memories: list[ScopedMemory]) -> Impor
     return ImportResult(memories=len(memories), changed=changed)
 
 
-_SCOPE_KEYS = sa.select(
-    memory_scopes.c.tenant_id, memory_scopes.c.user_id, memory_scopes.c.agent_name
-).order_by(memory_scopes.c.tenant_id, memory_scopes.c.user_id, memory_scopes.c.agent_name)
-
-
 def export_jsonl(engine: Engine, out: IO[str], *, tenant_id: str | None = None) -> int:
     """Write every memory of ``tenant_id`` (None: of the whole database) to ``out`` as JSON
     Lines (:func:`iter_jsonl`), and return how many were written."""
@@ -248,12 +239,8 @@ def iter_jsonl(engine: Engine, *, tenant_id: str | None = None) -> Iterator[str]
     Each memory is read consistently on its own; memories saved while the export runs may be
     exported before or after the change.
     """
-    statement = _SCOPE_KEYS
-    if tenant_id is not None:
-        tenant = Scope.of(tenant_id=tenant_id).tenant_id
-        statement = statement.where(memory_scopes.c.tenant_id == tenant)
-    with database_errors(engine, "export"), engine.connect() as conn:
-        keys = conn.execute(statement).all()
+    tenant = None if tenant_id is None else Scope.of(tenant_id=tenant_id).tenant_id
+    keys = memory_keys(engine, tenant_id=tenant)
     with SQLStorage(engine, cache_scopes=0) as storage:
         for tenant, user, agent in keys:
             doc = storage.load(user_id=user, agent_name=agent or None, tenant_id=tenant)

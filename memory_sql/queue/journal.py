@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from ..driver_errors import DRIVER_ERRORS
 from ..errors import StorageError
 from ..intake.messages import Message
 from ..intake.signals import Signals
@@ -72,7 +73,7 @@ class Journal:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.execute(_SCHEMA)
-        except sqlite3.Error as exc:
+        except DRIVER_ERRORS as exc:
             self._release_lock()
             raise StorageError(f"cannot open the spool file {path}: {exc}") from exc
 
@@ -144,7 +145,7 @@ class Journal:
     def close(self) -> None:
         """Close the file and give up its ownership (its rows stay for the next owner)."""
         with self._lock:
-            with suppress(sqlite3.Error):
+            with suppress(*DRIVER_ERRORS):
                 self._db.close()
             self._release_lock()
 
@@ -174,7 +175,7 @@ class _Transaction:
         if self.write:
             try:
                 db.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as exc:
+            except DRIVER_ERRORS as exc:
                 self.journal._lock.release()
                 raise StorageError(
                     f"cannot write the spool file {self.journal.path}: {exc}"
@@ -188,20 +189,20 @@ class _Transaction:
                 if exc_type is None:
                     try:
                         db.execute("COMMIT")
-                    except sqlite3.Error as error:
-                        with suppress(sqlite3.Error):
+                    except DRIVER_ERRORS as error:
+                        with suppress(*DRIVER_ERRORS):
                             db.execute("ROLLBACK")
                         raise StorageError(
                             f"cannot write the spool file {self.journal.path}: {error}"
                         ) from error
                 else:
-                    with suppress(sqlite3.Error):
+                    with suppress(*DRIVER_ERRORS):
                         db.execute("ROLLBACK")
-                    if isinstance(exc, sqlite3.Error):
+                    if isinstance(exc, DRIVER_ERRORS):
                         raise StorageError(
                             f"cannot write the spool file {self.journal.path}: {exc}"
                         ) from exc
-            elif isinstance(exc, sqlite3.Error):
+            elif isinstance(exc, DRIVER_ERRORS):
                 raise StorageError(
                     f"cannot read the spool file {self.journal.path}: {exc}"
                 ) from exc

@@ -26,15 +26,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from ..database import database_errors
 from ..errors import UpdateNotFoundError
 from ..models import format_timestamp, utcnow
-from ..schema import memory_pending_updates as pending
 from ..scope import Scope, check_thread_id
-from .pending import count_statement
+from ..storage import queue_rows
+from ..storage.queue_rows import KeyPattern
 
 KINDS = ("turn", "flush")
 KEY_SYNTAX = "[KIND:]TENANT/USER[/AGENT[/THREAD]] (KIND turn or flush; AGENT - for none)"
@@ -98,16 +96,9 @@ class UpdateKey:
                 parts.append(self.thread_id)
         return (f"{self.kind}:" if self.kind else "") + "/".join(parts)
 
-    def condition(self) -> sa.ColumnElement[bool]:
-        clauses = [pending.c.tenant_id == self.tenant_id, pending.c.user_id == self.user_id]
-        for column, value in (
-            (pending.c.agent_name, self.agent_name),
-            (pending.c.thread_id, self.thread_id),
-            (pending.c.kind, self.kind),
-        ):
-            if value is not None:
-                clauses.append(column == value)
-        return sa.and_(*clauses)
+    def pattern(self) -> KeyPattern:
+        """The rows this key names, as :mod:`memory_sql.storage.queue_rows` selects them."""
+        return (self.tenant_id, self.user_id, self.agent_name, self.thread_id, self.kind)
 
 
 @dataclass(frozen=True)
@@ -166,31 +157,6 @@ class QueueChange:
         return len(self.changed)
 
 
-_COLUMNS = (
-    pending.c.tenant_id,
-    pending.c.user_id,
-    pending.c.agent_name,
-    pending.c.thread_id,
-    pending.c.kind,
-    pending.c.status,
-    pending.c.attempts,
-    pending.c.last_error,
-    pending.c.due_at,
-    pending.c.first_enqueued_at,
-    pending.c.last_enqueued_at,
-    pending.c.lease_until,
-)
-_ORDER = (
-    pending.c.status,  # failed before pending
-    pending.c.due_at,
-    pending.c.tenant_id,
-    pending.c.user_id,
-    pending.c.agent_name,
-    pending.c.thread_id,
-    pending.c.kind,
-)
-
-
 def list_updates(
     engine: Engine,
     *,
@@ -214,28 +180,22 @@ def list_updates(
         raise ValueError(f"limit must be at least 1, not {limit}")
     checked = Scope.of(user_id=user_id, agent_name=agent_name or None, tenant_id=tenant_id)
     now = now or utcnow()
-    query = sa.select(*_COLUMNS).order_by(*_ORDER).limit(limit)
-    if failed_only:
-        query = query.where(pending.c.status == "failed")
-    if tenant_id is not None:
-        query = query.where(pending.c.tenant_id == checked.tenant_id)
-    if user_id is not None:
-        query = query.where(pending.c.user_id == checked.user_id)
-    if agent_name is not None:
-        query = query.where(pending.c.agent_name == checked.agent_key)
-    with database_errors(engine, "reading the update queue"), engine.connect() as conn:
-        rows = conn.execute(query).all()
+    rows = queue_rows.list_rows(
+        engine,
+        failed_only=failed_only,
+        tenant_id=None if tenant_id is None else checked.tenant_id,
+        user_id=None if user_id is None else checked.user_id,
+        agent_key=None if agent_name is None else checked.agent_key,
+        limit=limit,
+    )
     return [_queued(row, now) for row in rows]
 
 
 def count_updates(engine: Engine, *, tenant_id: str | None = None) -> dict[str, int]:
     """:meth:`UpdateQueue.counts <memory_sql.queue.UpdateQueue.counts>` of ``tenant_id``'s rows
     (None: of every tenant), on a connection of the caller's (row-level security applies)."""
-    query = count_statement(utcnow())
-    if tenant_id is not None:
-        query = query.where(pending.c.tenant_id == Scope.of(tenant_id=tenant_id).tenant_id)
-    with database_errors(engine, "reading the update queue"), engine.connect() as conn:
-        return dict(conn.execute(query).mappings().one())
+    tenant = None if tenant_id is None else Scope.of(tenant_id=tenant_id).tenant_id
+    return queue_rows.count_rows(engine, utcnow(), tenant_id=tenant)
 
 
 def retry_updates(
@@ -264,14 +224,7 @@ def retry_updates(
         "lease_owner": None,
         "lease_until": None,
     }
-    return _change(
-        engine,
-        keys,
-        tenant_id,
-        now,
-        "retrying updates",
-        lambda where: sa.update(pending).where(where).values(**values),
-    )
+    return _change(engine, keys, tenant_id, now, "retrying updates", values)
 
 
 def drop_updates(
@@ -290,14 +243,7 @@ def drop_updates(
         StorageError: the database failed.
     """
     now = now or utcnow()
-    return _change(
-        engine,
-        keys,
-        tenant_id,
-        now,
-        "dropping updates",
-        lambda where: sa.delete(pending).where(where),
-    )
+    return _change(engine, keys, tenant_id, now, "dropping updates", None)
 
 
 def _change(
@@ -306,36 +252,36 @@ def _change(
     tenant_id: str | None,
     now: datetime,
     what: str,
-    statement: Any,
+    values: dict[str, Any] | None,
 ) -> QueueChange:
-    if keys is None:
-        selected: sa.ColumnElement[bool] = pending.c.status == "failed"
-        if tenant_id is not None:
-            tenant = Scope.of(tenant_id=tenant_id).tenant_id
-            selected = sa.and_(selected, pending.c.tenant_id == tenant)
-        parsed: Sequence[UpdateKey] = ()
-    else:
+    """Retry (to ``values``) or drop (``values`` None) the rows ``keys`` name."""
+    tenant = None if tenant_id is None else Scope.of(tenant_id=tenant_id).tenant_id
+    parsed: Sequence[UpdateKey] | None = None
+    if keys is not None:
         parsed = [UpdateKey.of(key) for key in keys]
         if not parsed:
             raise ValueError(f"name the updates: one or more keys {KEY_SYNTAX}")
-        selected = sa.or_(*(key.condition() for key in parsed))
-    running = sa.and_(pending.c.lease_until.is_not(None), pending.c.lease_until >= now)
-    options = {"sqlite_begin": "IMMEDIATE"} if engine.dialect.name == "sqlite" else {}
-    with database_errors(engine, what), engine.connect() as conn:
-        conn = conn.execution_options(**options)
-        with conn.begin():
-            query = sa.select(*_COLUMNS).where(selected).order_by(*_ORDER)
-            if engine.dialect.name == "postgresql":
-                query = query.with_for_update()
-            rows = [_queued(row, now) for row in conn.execute(query)]
-            for key in parsed:
-                if not any(_matches(key, row) for row in rows):
-                    raise UpdateNotFoundError(str(key))
-            if rows:
-                conn.execute(statement(sa.and_(selected, ~running)))
+
+    def every_key_found(rows: list[Any]) -> None:
+        queued = [_queued(row, now) for row in rows]
+        for key in parsed or ():
+            if not any(_matches(key, row) for row in queued):
+                raise UpdateNotFoundError(str(key))
+
+    rows = queue_rows.change_rows(
+        engine,
+        None if parsed is None else [key.pattern() for key in parsed],
+        tenant_id=tenant,
+        now=now,
+        what=what,
+        drop=values is None,
+        values=values,
+        check=every_key_found,
+    )
+    queued = [_queued(row, now) for row in rows]
     return QueueChange(
-        changed=tuple(row.key for row in rows if not row.running),
-        running=tuple(row.key for row in rows if row.running),
+        changed=tuple(row.key for row in queued if not row.running),
+        running=tuple(row.key for row in queued if row.running),
     )
 
 

@@ -53,7 +53,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 
 from ..database import database_errors, reconnecting
@@ -63,6 +62,8 @@ from ..intake.signals import Signals
 from ..models import utcnow
 from ..schema import memory_pending_updates as pending
 from ..scope import Scope
+from ..storage.dialects import dialect_of
+from ..storage.queue_rows import count_statement
 from ..tenancy import ALL_TENANTS, acting_for
 
 logger = logging.getLogger(__name__)
@@ -146,7 +147,7 @@ class UpdateQueue:
         self.trimmed_messages = 0
         """Messages cut from rows over the caps since start (oldest first)."""
         self._trim_lock = threading.Lock()
-        self._postgres = engine.dialect.name == "postgresql"
+        self._dialect = dialect_of(engine)
 
     # enqueue ---------------------------------------------------------------------------------
 
@@ -341,7 +342,7 @@ class UpdateQueue:
         with self._transaction() as conn:
             while len(claimed) < limit:
                 rows = self._first_of_memories(conn, limit - len(claimed), now)
-                if self._postgres and rows:
+                if self._dialect.locks_rows() and rows:
                     rows = self._still_free(conn, rows, now)
                 items = self._lease(conn, rows, now)
                 claimed.extend(item for item in items if item is not None)
@@ -389,9 +390,7 @@ class UpdateQueue:
         )
         if skipped:
             query = query.where(sa.tuple_(*_MEMORY).not_in(skipped))
-        if self._postgres:
-            query = query.with_for_update(of=pending, skip_locked=True)
-        return query
+        return self._dialect.lock_rows(query, of=pending, skip_locked=True)
 
     def _still_free(self, conn: Connection, rows: Sequence[Any], now: datetime) -> list[Any]:
         """``rows`` whose memory this transaction could lock and that no concurrent claim
@@ -571,9 +570,7 @@ class UpdateQueue:
             query = sa.select(pending.c.generation, pending.c.attempts, pending.c.messages).where(
                 _is_key(key), pending.c.lease_owner == self.owner
             )
-            if self._postgres:
-                query = query.with_for_update()
-            row = conn.execute(query).first()
+            row = conn.execute(self._dialect.lock_rows(query)).first()
             if row is None:
                 return "lost"
             released: dict[str, Any] = {
@@ -663,17 +660,16 @@ class UpdateQueue:
     # plumbing --------------------------------------------------------------------------------
 
     def _for_update(self, query: sa.Select[Any]) -> sa.Select[Any]:
-        return query.with_for_update() if self._postgres else query
+        return self._dialect.lock_rows(query)
 
     def _insert_ignoring_conflict(self) -> Any:
-        dialect = postgresql if self._postgres else sqlite
-        return dialect.insert(pending).on_conflict_do_nothing()
+        return self._dialect.insert_ignore(pending)
 
     # The queue serves every tenant: its own connections see all of them (memory_sql.tenancy).
 
     @contextmanager
     def _transaction(self) -> Iterator[Connection]:
-        options = {} if self._postgres else {"sqlite_begin": "IMMEDIATE"}
+        options = self._dialect.write_options
         with database_errors(self.engine, "update queue"), acting_for(ALL_TENANTS):
             connection = self.engine.connect().execution_options(**options)
             with connection as conn, conn.begin():
@@ -687,19 +683,6 @@ class UpdateQueue:
             self.engine.connect() as conn,
         ):
             yield conn
-
-
-def count_statement(now: datetime) -> sa.Select[Any]:
-    """The queue's rows ``pending`` (waiting or running), ``failed`` (given up), ``leased``
-    (running anywhere now) and ``due`` (waiting and due now), as one row of those columns."""
-    leased = sa.and_(pending.c.lease_until.is_not(None), pending.c.lease_until >= now)
-    due = sa.and_(pending.c.status == "pending", pending.c.due_at <= now, ~leased)
-    return sa.select(
-        sa.func.count().filter(pending.c.status == "pending").label("pending"),
-        sa.func.count().filter(pending.c.status == "failed").label("failed"),
-        sa.func.count().filter(leased).label("leased"),
-        sa.func.count().filter(due).label("due"),
-    )
 
 
 def _key_values(scope: Scope, thread_id: str, kind: str) -> dict[str, str]:

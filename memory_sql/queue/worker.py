@@ -13,7 +13,7 @@ again instead of being skipped. While a run goes on, its lease
 is renewed every third of ``lease_seconds``, so a slow LLM never lets a second worker take it.
 
 Work queued by other processes reaches the worker through a wake-up source
-(:mod:`memory_sql.queue.wakeups`): PostgreSQL notifications carrying the due time, or, on
+(:mod:`memory_sql.storage.wakeups`): PostgreSQL notifications carrying the due time, or, on
 SQLite, a change of the file seen by a short poll, after which the next due time is read. The
 worker then wakes when that row is due, as it does for its own process's rows.
 """
@@ -35,8 +35,8 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from ..database import OutageLog
 from ..errors import LeaseLostError, MemorySQLError
 from ..models import utcnow
+from ..storage.wakeups import ChangePoller, NotifyListener, wakeup_source
 from .pending import PendingUpdate, UpdateQueue
-from .wakeups import ChangePoller, NotifyListener, wakeup_source
 
 logger = logging.getLogger(__name__)
 

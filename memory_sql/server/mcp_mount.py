@@ -20,14 +20,13 @@ import anyio.to_thread
 from anyio.abc import TaskGroup
 from starlette.types import Receive, Scope, Send
 
+from ..mcp import HTTP_PATH as PATH
 from .state import ServerState
 
 logger = logging.getLogger("memory_sql.server")
 
 if TYPE_CHECKING:
     from ..mcp.http import McpEndpoint
-
-PATH = "/mcp"
 
 
 class LazyMcp:

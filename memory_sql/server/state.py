@@ -12,7 +12,6 @@ import logging
 from dataclasses import dataclass
 from typing import Annotated
 
-import sqlalchemy as sa
 from fastapi import Depends, Request
 from sqlalchemy.engine import Engine
 
@@ -22,6 +21,7 @@ from ..database import create_engine
 from ..errors import ConfigError
 from ..service import MemoryService
 from ..storage import SQLStorage
+from ..storage.grants import role_bypassing_row_security
 from ..tenancy import NO_TENANT
 from .keys import KeyChecker
 from .metrics import Metrics
@@ -105,16 +105,8 @@ def _ready_engine(config: MemoryConfig) -> Engine:
 def _warn_if_row_security_is_bypassed(engine: Engine) -> None:
     """Say so when the service connects to PostgreSQL as a role row-level security does not
     hold (a superuser, BYPASSRLS): isolation then rests on the queries' filters alone."""
-    if engine.dialect.name != "postgresql":
-        return
-    with engine.connect() as conn:
-        role, bypasses = conn.execute(
-            sa.text(
-                "SELECT rolname, rolsuper OR rolbypassrls FROM pg_roles "
-                "WHERE rolname = current_user"
-            )
-        ).one()
-    if bypasses:
+    role = role_bypassing_row_security(engine)
+    if role is not None:
         logger.warning(
             "memory_sql service: role %s bypasses row-level security (a superuser or "
             "BYPASSRLS); connect as a role of its own (memory-sql db grant --role …)",

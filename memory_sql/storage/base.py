@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import compress, islice
 from operator import attrgetter, is_not
 from types import TracebackType
+from typing import Any, ClassVar
 
-from ..errors import DuplicateFactError
+from ..errors import CapabilityMissingError, DuplicateFactError
 from ..models import Fact, MemoryDocument, Section, copy_model, new_fact_id
 from ..scope import Scope
+from .capabilities import Capability
 from .search import score_in_memory
 
 
@@ -24,7 +26,13 @@ class MemoryStorage(ABC):
     read or written for an invalid scope. ``tenant_id`` and ``user_id`` default to ``"default"``;
     ``agent_name=None`` is the memory of unnamed agents. Implementations are safe to share
     between threads.
+
+    ``capabilities`` lists what the backend can do beyond this contract
+    (:mod:`memory_sql.storage.capabilities`); a call needing one it lacks raises
+    :class:`~memory_sql.errors.CapabilityMissingError`.
     """
+
+    capabilities: ClassVar[frozenset[Capability]] = frozenset()
 
     def load(
         self,
@@ -59,7 +67,7 @@ class MemoryStorage(ABC):
         return self._load_as_of(scope, as_of)
 
     def _load_as_of(self, scope: Scope, as_of: datetime) -> MemoryDocument:
-        raise NotImplementedError(f"{type(self).__name__} keeps no past facts (as_of)")
+        raise CapabilityMissingError(Capability.HISTORY.value, type(self).__name__, "as_of")
 
     def purge_closed(self, older_than: datetime, *, tenant_id: str | None = None) -> int:
         """Delete the closed facts (past versions) closed before ``older_than``, of every
@@ -78,6 +86,7 @@ class MemoryStorage(ABC):
         agent_name: str | None = None,
         tenant_id: str | None = None,
         expected_version: int | None = None,
+        in_transaction: Callable[[Any], object] | None = None,
     ) -> int:
         """Store ``doc`` as the scope's memory if its stored version is still ``expected_version``.
 
@@ -96,7 +105,15 @@ class MemoryStorage(ABC):
             ValueError: two facts of ``doc`` share an ``id``.
             InvalidScopeError: a scope argument is malformed.
             StorageError: the backend could not be written; nothing was stored.
+            CapabilityMissingError: ``in_transaction`` was given to a backend without the
+                ``transactional_save`` capability (it is called, with the save's connection,
+                after the rows are written and before the commit: what it writes commits with
+                the save, and what it raises rolls the save back).
         """
+        if in_transaction is not None:
+            raise CapabilityMissingError(
+                Capability.TRANSACTIONAL_SAVE.value, type(self).__name__, "save(in_transaction=…)"
+            )
         scope, expected = _checked_save(doc, user_id, agent_name, tenant_id, expected_version)
         return self._save(scope, doc, expected)
 

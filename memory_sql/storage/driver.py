@@ -34,7 +34,9 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.pool import Pool, QueuePool
 
 from .. import tenancy
+from ..driver_errors import DisconnectionError
 from ..models import Fact, trusted_fact
+from .dialects import dialect_of
 
 
 class DriverFallback(Exception):
@@ -44,9 +46,7 @@ class DriverFallback(Exception):
 def _compiled(statement: sa.Executable, dialect: sa.Dialect) -> Any:
     """``statement`` compiled for the driver itself: named parameters (``%(name)s`` for
     psycopg, ``:name`` for sqlite3)."""
-    if dialect.name == "sqlite":
-        dialect = type(dialect)(paramstyle="named")
-    return statement.compile(dialect=dialect)
+    return statement.compile(dialect=dialect_of(dialect).driver_paramstyle(dialect))
 
 
 def driver_statement(statement: sa.Executable, dialect: sa.Dialect) -> tuple[str, dict]:
@@ -214,7 +214,7 @@ class _Idle:
                 continue
             try:
                 tenancy.reapply(self.engine, kept.dbapi, kept.info)
-            except sa_exc.DisconnectionError:
+            except DisconnectionError:
                 self.discard(kept)
                 continue
             return kept
@@ -353,7 +353,7 @@ class DriverConnection:
         else:
             self.kept = None
         dialect = engine.dialect
-        postgres = dialect.name == "postgresql"
+        postgres = dialect_of(dialect).server
         if postgres:
             _local.driver = True
         try:
@@ -443,7 +443,7 @@ def read_facts_by_driver(
     connection not to be had raises SQLAlchemy's error, as ``engine.connect()`` would."""
     if not unobserved(engine):
         return None
-    postgres = engine.dialect.name == "postgresql"
+    postgres = dialect_of(engine).server
     sql, fixed = compiled_for_driver(statement, engine.dialect)
     try:
         with DriverConnection(engine) as dbapi:

@@ -17,6 +17,7 @@ import os
 import threading
 import uuid
 from pathlib import Path
+from typing import ClassVar
 
 from pydantic import ValidationError
 
@@ -25,6 +26,7 @@ from ..models import MemoryDocument, utcnow
 from ..scope import Scope
 from .base import MemoryStorage, apply_changes, check_duplicates, diff_documents, sort_facts
 from .cache import DEFAULT_CACHE_SCOPES, DocumentCache
+from .capabilities import Capability
 
 DEFAULT_AGENT_DIR = "_default"  # an agent name never contains "_"
 _LOCK_STRIPES = 64
@@ -36,6 +38,11 @@ def _stamp(stat: os.stat_result) -> tuple[int, ...]:
 
 class FileStorage(MemoryStorage):
     """:class:`MemoryStorage` on a folder of ``memory.json`` files (see the module docstring)."""
+
+    capabilities: ClassVar[frozenset[Capability]] = frozenset()
+    """None beyond the contract: no update queue, history, LLM budgets, watermarks, index or
+    cross-memory operations (each raises :class:`~memory_sql.errors.CapabilityMissingError`);
+    ranked recall scores the loaded memory in Python."""
 
     def __init__(
         self, root: str | os.PathLike[str], *, cache_scopes: int = DEFAULT_CACHE_SCOPES

@@ -13,11 +13,10 @@ from typing import Any
 
 import sqlalchemy as sa
 from pydantic import ValidationError
-from sqlalchemy import exc as sa_exc
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Connection, Engine
 
 from ..database import database_errors, reconnecting, redacted
+from ..driver_errors import DATABASE_ERRORS, is_integrity_error, violated_constraint
 from ..errors import DuplicateFactError, StorageError, VersionConflictError
 from ..migrations import ensure_at_head, open_engine
 from ..models import (
@@ -51,6 +50,8 @@ from .base import (
     sort_facts,
 )
 from .cache import DEFAULT_CACHE_SCOPES, DocumentCache
+from .capabilities import SQL_CAPABILITIES
+from .dialects import SQLDialect, SQLite, dialect_of
 from .driver import (
     DriverConnection,
     DriverFallback,
@@ -189,10 +190,10 @@ def _placeholder_key(fact_id: str) -> str:
 
 
 @functools.cache
-def _insert_new_scope(dialect: str) -> Any:
+def _insert_new_scope(dialect: SQLDialect) -> Any:
     """A new memory's head row at version 1 (``now``), unless the scope has one: built once."""
     return (
-        _insert_ignoring_conflict(dialect)
+        dialect.insert_ignore(memory_scopes)
         .values(
             tenant_id=sa.bindparam("scope_tenant"),
             user_id=sa.bindparam("scope_user"),
@@ -203,12 +204,6 @@ def _insert_new_scope(dialect: str) -> Any:
         )
         .returning(memory_scopes.c.created_at)
     )
-
-
-def _insert_ignoring_conflict(dialect: str) -> Any:
-    if dialect == "postgresql":
-        return postgresql.insert(memory_scopes).on_conflict_do_nothing()
-    return sqlite.insert(memory_scopes).on_conflict_do_nothing()
 
 
 def _document(
@@ -266,8 +261,12 @@ class _IdTaken(Exception):
 
 def _id_taken(exc: BaseException) -> bool:
     """Whether ``exc`` is the facts' primary key refusing an id."""
-    text = str(getattr(exc, "orig", None) or exc)
-    return "pk_memory_facts" in text or "memory_facts.fact_id" in text
+    return violated_constraint(exc) == _FACT_ID_KEY
+
+
+_FACT_ID_KEY = str(memory_facts.primary_key.name)
+_LIVE_CONTENT_KEY = "uq_memory_facts_live_content_key"
+"""The unique index of a memory's live facts' casefold keys (schema.py)."""
 
 
 def _writable_at_once(changes: Changes) -> bool:
@@ -538,8 +537,9 @@ _CLAIM_VERSION = (
     .values(version=memory_scopes.c.version + 1, updated_at=sa.bindparam("now"))
     .returning(memory_scopes.c.version)
 )
-_CLAIM_NEW_SCOPE = (
-    sqlite.insert(memory_scopes)
+_CLAIM_NEW_SCOPE = (  # SQLite's driver path (_write_by_driver_on_sqlite)
+    SQLite()
+    .insert(memory_scopes)
     .values(
         tenant_id=sa.bindparam("scope_tenant"),
         user_id=sa.bindparam("scope_user"),
@@ -694,6 +694,8 @@ class SQLStorage(MemoryStorage):
     the pool (beyond its limit); ``engine.dispose()`` closes them.
     """
 
+    capabilities = SQL_CAPABILITIES
+
     def __init__(
         self, engine_or_url: Engine | str | URL, *, cache_scopes: int = DEFAULT_CACHE_SCOPES
     ) -> None:
@@ -704,8 +706,9 @@ class SQLStorage(MemoryStorage):
         else:
             self.engine = open_engine(engine_or_url)
             self._owns_engine = True
-        self._postgres = self.engine.dialect.name == "postgresql"
-        self._write_options = {} if self._postgres else {"sqlite_begin": "IMMEDIATE"}
+        self._dialect = dialect_of(self.engine)
+        self._postgres = self._dialect.server
+        self._write_options = self._dialect.write_options
         self._cache = DocumentCache(cache_scopes)
         dialect = self.engine.dialect
         self._head_sql = driver_statement(_SELECT_HEAD, dialect)
@@ -894,7 +897,7 @@ class SQLStorage(MemoryStorage):
                     new_version = expected_version + 1
                     try:
                         self._write(conn, scope, changes, new_version, now, make_way)
-                    except sa_exc.IntegrityError as exc:
+                    except DATABASE_ERRORS as exc:
                         if make_way or not changes.inserted or not _id_taken(exc):
                             raise
                         raise _IdTaken from exc  # rolled back; again, making way
@@ -992,7 +995,7 @@ class SQLStorage(MemoryStorage):
         where = {**_scope_params(scope), "now": now}
         where.update(expected=expected_version, created_at=created_at)
         with self._driver(raising=True) as dbapi:
-            dbapi.execute("BEGIN IMMEDIATE")
+            dbapi.execute(self._dialect.begin_write)
             try:
                 if not driver_write(claim, dialect).run(dbapi, [where]).fetchall():
                     dbapi.execute("ROLLBACK")
@@ -1040,7 +1043,7 @@ class SQLStorage(MemoryStorage):
         Returns the scope's creation time and its document as stored at ``expected_version``.
         """
         if expected_version == 0:
-            insert = _insert_new_scope(self.engine.dialect.name)
+            insert = _insert_new_scope(self._dialect)
             if conn.execute(insert, {**_scope_params(scope), "now": now}).first() is None:
                 self._conflict(conn, scope, expected_version)
             return now, MemoryDocument()
@@ -1097,10 +1100,12 @@ class SQLStorage(MemoryStorage):
             with database_errors(self.engine, f"memory {scope}"):
                 try:
                     yield
-                except sa_exc.IntegrityError as exc:
+                except DATABASE_ERRORS as exc:
+                    if not is_integrity_error(exc):
+                        raise
                     if doc is not None:
                         check_fact_ids(scope, doc)
-                    if "content_key" not in str(exc.orig):
+                    if violated_constraint(exc) != _LIVE_CONTENT_KEY:
                         raise
                     duplicate = doc.duplicate_fact() if doc is not None else None
                     content = duplicate.content if duplicate is not None else None

@@ -22,14 +22,10 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 
-from ..database import database_errors
 from ..models import utcnow
-from ..schema import memory_llm_budget_holds, memory_llm_calls
-from ..tenancy import acting_for
+from ..storage import llm_usage
 
 logger = logging.getLogger(__name__)
 
@@ -91,27 +87,8 @@ class LLMBudget:
             self.refused += 1
         if self.engine is None:
             return
-        insert = (postgresql if self.engine.dialect.name == "postgresql" else sqlite).insert(
-            memory_llm_budget_holds
-        )
-        holds = memory_llm_budget_holds.c
-        statement = insert.values(
-            tenant_id=tenant_id, day=now.date(), holds=1, last_held_at=now, last_reason=reason
-        ).on_conflict_do_update(
-            index_elements=[holds.tenant_id, holds.day],
-            set_={
-                "holds": holds.holds + 1,
-                "last_held_at": insert.excluded.last_held_at,
-                "last_reason": insert.excluded.last_reason,
-            },
-        )
         try:
-            with (
-                database_errors(self.engine, "count an update held by the LLM budget"),
-                acting_for(tenant_id),
-                self.engine.begin() as conn,
-            ):
-                conn.execute(statement)
+            llm_usage.count_hold(self.engine, tenant_id, now.date(), now, reason)
         except Exception as exc:
             logger.warning("memory_sql: cannot count a hold of tenant %r: %s", tenant_id, exc)
 
@@ -149,19 +126,7 @@ class LLMBudget:
             today = now.date().isoformat()
             return (usage.calls, usage.tokens) if usage and usage.day == today else (0, 0)
         start = datetime.combine(now.date(), datetime.min.time(), tzinfo=now.tzinfo)
-        calls = memory_llm_calls.c
-        with (
-            database_errors(self.engine, "read the day's LLM usage"),
-            acting_for(tenant_id),
-            self.engine.connect() as conn,
-        ):
-            row = conn.execute(
-                sa.select(
-                    sa.func.count(),
-                    sa.func.coalesce(sa.func.sum(calls.prompt_tokens + calls.completion_tokens), 0),
-                ).where(calls.tenant_id == tenant_id, calls.called_at >= start)
-            ).one()
-        return int(row[0]), int(row[1])
+        return llm_usage.usage_since(self.engine, tenant_id, start)
 
 
 def next_day(now: datetime) -> datetime:

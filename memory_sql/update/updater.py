@@ -58,18 +58,14 @@ from __future__ import annotations
 import logging
 import random
 import re
-import threading
 import time
 import uuid
-import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from typing import Any
-
-import sqlalchemy as sa
 
 from ..config import MemoryConfig
 from ..errors import (
@@ -86,7 +82,9 @@ from ..models import Fact, MemoryDocument, Section, fact_key, utcnow
 from ..pattern_files import load_patterns
 from ..schema import memory_llm_calls, memory_llm_rejections
 from ..scope import Scope, check_thread_id
+from ..storage import llm_usage
 from ..storage.base import MemoryStorage
+from ..storage.capabilities import Capability, has, require
 from ..tokens import make_token_counter
 from . import review
 from .eviction import Heat, evict, needs_heat
@@ -106,9 +104,6 @@ from .prompt_facts import facts_for_prompt
 from .rejections import Rejection, count, describe
 
 logger = logging.getLogger(__name__)
-_INSERT_CALL = memory_llm_calls.insert()
-"""The usage row of one LLM call (its values bound per call: one compiled statement)."""
-
 MAX_SAVE_ATTEMPTS = 6
 PROMPT_MATCHES = 200
 """How many of the conversation's best text matches a memory too large for the prompt offers."""
@@ -540,17 +535,9 @@ class MemoryUpdater:
             now = utcnow()
             if not review.offer(memory, self.config, now).stale:
                 return False
-            engine = self.storage.engine  # type: ignore[attr-defined]
-            calls = memory_llm_calls.c
-            last = sa.select(sa.func.max(calls.called_at)).where(
-                calls.tenant_id == scope.tenant_id,
-                calls.user_id == scope.user_id,
-                calls.agent_name == scope.agent_key,
-                calls.stale_offered > 0,
-            )
-            with engine.connect() as conn:
-                reviewed = conn.execute(last).scalar()
-        except (StorageError, sa.exc.SQLAlchemyError) as exc:
+            engine = require(self.storage, Capability.LLM_BUDGETS)
+            reviewed = llm_usage.last_review_offered(engine, scope)
+        except StorageError as exc:
             logger.warning("memory %s: cannot tell whether a review is due: %s", scope, exc)
             return False
         if reviewed is not None and reviewed.tzinfo is None:
@@ -811,51 +798,47 @@ class _Run:
         assert usage is not None
         ok = outcome == "ok"
         call_id = uuid.uuid4().hex
-        connection.execute(
-            _INSERT_CALL,
-            {
-                "tenant_id": self.scope.tenant_id,
-                "user_id": self.scope.user_id,
-                "agent_name": self.scope.agent_name or "",  # "" for unnamed agents, as stored
-                "call_id": call_id,
-                "thread_id": self.thread_id,
-                "model": usage.model[:256],
-                "called_at": utcnow(),
-                "prompt_tokens": usage.prompt_tokens,
-                "completion_tokens": usage.completion_tokens,
-                "tokens_counted": usage.counted,
-                "latency_ms": usage.latency_ms,
-                "outcome": outcome,
-                "error": error,
-                "stale_offered": len(self.offer.stale) if self.offer is not None else 0,
-                "stale_removed": len(self.aging.stale_removed) if ok else 0,
-                "stale_extended": len(self.aging.stale_extended) if ok else 0,
-                "facts_merged": len(self.aging.consolidated) if ok else 0,
-            },
-        )
+        call = {
+            "tenant_id": self.scope.tenant_id,
+            "user_id": self.scope.user_id,
+            "agent_name": self.scope.agent_name or "",  # "" for unnamed agents, as stored
+            "call_id": call_id,
+            "thread_id": self.thread_id,
+            "model": usage.model[:256],
+            "called_at": utcnow(),
+            "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens,
+            "tokens_counted": usage.counted,
+            "latency_ms": usage.latency_ms,
+            "outcome": outcome,
+            "error": error,
+            "stale_offered": len(self.offer.stale) if self.offer is not None else 0,
+            "stale_removed": len(self.aging.stale_removed) if ok else 0,
+            "stale_extended": len(self.aging.stale_extended) if ok else 0,
+            "facts_merged": len(self.aging.consolidated) if ok else 0,
+        }
+        rejected = []
         if self.call_rejected and _keeps_table(self.storage, memory_llm_rejections.name):
-            connection.execute(
-                memory_llm_rejections.insert(),
-                [
-                    {
-                        "tenant_id": self.scope.tenant_id,
-                        "user_id": self.scope.user_id,
-                        "agent_name": self.scope.agent_name or "",
-                        "call_id": call_id,
-                        "reason": reason,
-                        "items": items,
-                    }
-                    for reason, items in self.call_rejected.items()
-                ],
-            )
+            rejected = [
+                {
+                    "tenant_id": self.scope.tenant_id,
+                    "user_id": self.scope.user_id,
+                    "agent_name": self.scope.agent_name or "",
+                    "call_id": call_id,
+                    "reason": reason,
+                    "items": items,
+                }
+                for reason, items in self.call_rejected.items()
+            ]
+        llm_usage.record_call(connection, call, rejected)
 
     def record(self, outcome: str, error: str | None = None) -> None:
         """Write the usage row of this run's LLM call on its own (no save carried it)."""
         if self.usage is None or self.usage_written or not _keeps_usage(self.storage):
             return
-        engine = getattr(self.storage, "engine", None)
+        engine = require(self.storage, Capability.LLM_BUDGETS)
         try:
-            with engine.begin() as connection:  # type: ignore[union-attr]
+            with engine.begin() as connection:
                 self.record_on(connection, outcome, error)
             self.usage_written = True
         except Exception as exc:  # accounting never fails an update
@@ -1006,10 +989,6 @@ class _Usage:
     latency_ms: int
 
 
-_USAGE_TABLES: weakref.WeakKeyDictionary[Any, dict[str, bool]] = weakref.WeakKeyDictionary()
-_USAGE_LOCK = threading.Lock()
-
-
 def _keeps_usage(storage: MemoryStorage) -> bool:
     """Whether ``storage`` is a SQL database with the usage table (revision 0007 or later);
     checked once per engine. Without it (files, an older schema) usage is not recorded."""
@@ -1019,26 +998,18 @@ def _keeps_usage(storage: MemoryStorage) -> bool:
 def _keeps_table(storage: MemoryStorage, table: str, what: str = "refused reply parts") -> bool:
     """Whether ``storage`` is a SQL database with ``table``, checked once per engine; a
     missing one is logged once, saying that ``what`` is not recorded."""
-    engine = getattr(storage, "engine", None)
-    if not isinstance(engine, sa.Engine):
+    if not has(storage, Capability.LLM_BUDGETS):
         return False
-    with _USAGE_LOCK:
-        known = _USAGE_TABLES.get(engine, {}).get(table)
-    if known is None:
-        try:
-            known = sa.inspect(engine).has_table(table)
-        except Exception:
-            return False
-        if not known:
-            logger.warning(
-                "memory_sql: the database has no %s table (upgrade it: memory-sql db upgrade); "
-                "%s are not recorded",
-                table,
-                what,
-            )
-        with _USAGE_LOCK:
-            _USAGE_TABLES.setdefault(engine, {})[table] = known
-    return known
+    return llm_usage.has_table(
+        require(storage, Capability.LLM_BUDGETS),
+        table,
+        lambda: logger.warning(
+            "memory_sql: the database has no %s table (upgrade it: memory-sql db upgrade); "
+            "%s are not recorded",
+            table,
+            what,
+        ),
+    )
 
 
 def _warmer(base: float, steps: int) -> float:

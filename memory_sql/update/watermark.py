@@ -15,33 +15,20 @@ conversation is new. The service moves the watermark in the transaction of the m
 
 from __future__ import annotations
 
-import functools
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import Connection, Engine
 
 from ..intake.messages import Message
-from ..models import utcnow
-from ..schema import memory_watermarks
-from ..scope import Scope
-from ..storage.driver import DriverConnection, DriverFallback, compiled_for_driver, unobserved
+from ..storage.watermarks import Mark as Mark
+from ..storage.watermarks import has_table as has_table
+from ..storage.watermarks import load as load
+from ..storage.watermarks import move as move
+from ..storage.watermarks import move_on as move_on
 from ..tokens import TokenCounter
 
 CONTEXT_TOKENS = 300
 """The budget of the already-learned context sent before the new messages."""
-
-
-@dataclass(frozen=True)
-class Mark:
-    """A stored watermark: the key of the last message learned from, and its position."""
-
-    message_key: str
-    position: int
 
 
 @dataclass(frozen=True)
@@ -107,73 +94,3 @@ def _context(before: tuple[Message, ...], counter: TokenCounter) -> tuple[Messag
         if message.role == "user":
             break
     return tuple(reversed(kept))
-
-
-def has_table(engine: Engine) -> bool:
-    """Whether the database has the watermark table (revision 0008 or later)."""
-    return sa.inspect(engine).has_table(memory_watermarks.name)
-
-
-_w = memory_watermarks.c
-_KEY_COLUMNS = ("tenant_id", "user_id", "agent_name", "thread_id")
-_LOAD = sa.select(_w.message_key, _w.position).where(
-    *(_w[name] == sa.bindparam(f"key_{name}") for name in _KEY_COLUMNS)
-)
-
-
-def load(engine: Engine, scope: Scope, thread_id: str) -> Mark | None:
-    """The stored watermark of a thread, if any (one autocommit round trip on the driver
-    where it can, else SQLAlchemy's)."""
-    parameters = _key(scope, thread_id)
-    if unobserved(engine):
-        sql, _ = compiled_for_driver(_LOAD, engine.dialect)
-        try:
-            with DriverConnection(engine) as dbapi:
-                rows = dbapi.execute(sql, parameters).fetchall()
-            return Mark(*rows[0]) if rows else None
-        except DriverFallback:
-            pass  # SQLAlchemy's path reads it, and reports what fails
-    with engine.connect() as conn:
-        row = conn.execute(_LOAD, parameters).first()
-    return Mark(row.message_key, row.position) if row is not None else None
-
-
-def move_on(conn: Connection, scope: Scope, thread_id: str, mark: Mark) -> None:
-    """Store ``mark`` as the thread's watermark, on ``conn`` (in the caller's transaction)."""
-    values = {"message_key": mark.message_key, "position": mark.position, "updated_at": utcnow()}
-    conn.execute(_upsert(conn.dialect.name), {**_key(scope, thread_id), **values})
-
-
-def move(engine: Engine, scope: Scope, thread_id: str, mark: Mark) -> None:
-    """:func:`move_on` in a transaction of its own."""
-    with engine.begin() as conn:
-        move_on(conn, scope, thread_id, mark)
-
-
-def _key(scope: Scope, thread_id: str) -> dict[str, Any]:
-    return {
-        "key_tenant_id": scope.tenant_id,
-        "key_user_id": scope.user_id,
-        "key_agent_name": scope.agent_name or "",
-        "key_thread_id": thread_id,
-    }
-
-
-@functools.cache
-def _upsert(dialect: str) -> Any:
-    """The thread's row inserted, or its mark moved when it has one: one statement."""
-    insert = (postgresql if dialect == "postgresql" else sqlite).insert(memory_watermarks)
-    insert = insert.values(
-        **{name: sa.bindparam(f"key_{name}") for name in _KEY_COLUMNS},
-        message_key=sa.bindparam("message_key"),
-        position=sa.bindparam("position"),
-        updated_at=sa.bindparam("updated_at"),
-    )
-    return insert.on_conflict_do_update(
-        index_elements=[_w[name] for name in _KEY_COLUMNS],
-        set_={
-            "message_key": insert.excluded.message_key,
-            "position": insert.excluded.position,
-            "updated_at": insert.excluded.updated_at,
-        },
-    )

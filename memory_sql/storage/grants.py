@@ -12,8 +12,9 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from ..ops.reports import VIEW_NAMES
 from ..schema import memory_api_keys, metadata
+from .dialects import dialect_of
+from .reports import VIEW_NAMES
 
 _ROLE_NAME_LIMIT = 63
 
@@ -24,7 +25,7 @@ def grant_statements(engine: Engine, role: str) -> list[str]:
     Raises:
         ValueError: not a PostgreSQL database, or ``role`` is empty or too long.
     """
-    if engine.dialect.name != "postgresql":
+    if not dialect_of(engine).row_security:
         raise ValueError(
             "roles and row-level security are PostgreSQL's: a SQLite database has neither "
             "(its isolation is the tenant filter of every query)"
@@ -85,3 +86,18 @@ def apply_grants(engine: Engine, role: str) -> list[str]:
 def _schema(engine: Engine) -> str:
     with engine.connect() as conn:
         return str(conn.execute(sa.text("SELECT current_schema()")).scalar())
+
+
+def role_bypassing_row_security(engine: Engine) -> str | None:
+    """The role ``engine`` connects as when row-level security does not hold it (a superuser,
+    BYPASSRLS), else None (also on a database without row-level security)."""
+    if not dialect_of(engine).row_security:
+        return None
+    with engine.connect() as conn:
+        role, bypasses = conn.execute(
+            sa.text(
+                "SELECT rolname, rolsuper OR rolbypassrls FROM pg_roles "
+                "WHERE rolname = current_user"
+            )
+        ).one()
+    return role if bypasses else None

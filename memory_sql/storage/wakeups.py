@@ -32,7 +32,9 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from ..database import OutageLog
+from ..driver_errors import DRIVER_ERRORS
 from ..models import utcnow
+from .dialects import database_file, dialect_of
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +111,7 @@ class NotifyListener(_Watcher):
                     while not self._stop.is_set():
                         for note in conn.notifies(timeout=_IDLE_SECONDS):
                             self._call(self._on_due, due_time(note.payload))
-            except psycopg.Error as exc:
+            except DRIVER_ERRORS as exc:
                 if self._stop.is_set():
                     break
                 self._outage.failed(exc)
@@ -149,7 +151,7 @@ class ChangePoller(_Watcher):
                             check_same_thread=False,
                         )
                     version = conn.execute("PRAGMA data_version").fetchone()[0]
-                except sqlite3.Error as exc:
+                except DRIVER_ERRORS as exc:
                     logger.debug("memory update worker: cannot read %s: %s", self.path, exc)
                     if conn is not None:
                         conn.close()
@@ -179,12 +181,11 @@ def wakeup_source(
 ) -> NotifyListener | ChangePoller | None:
     """The wake-up source for ``engine``'s database (not started): a listener on PostgreSQL,
     a poller for a SQLite file, None for an in-memory SQLite database (no other process)."""
-    url = engine.url
-    if url.get_backend_name() == "postgresql":
+    if dialect_of(engine).server:
         return NotifyListener(engine, on_due, on_change)
-    database = url.database or ""
-    if database in ("", ":memory:") or database.startswith("file:"):
-        return None
+    database = database_file(engine.url)
+    if database is None or (engine.url.database or "").startswith("file:"):
+        return None  # a URI-opened file is not polled
     return ChangePoller(Path(database), on_change)
 
 

@@ -1,0 +1,381 @@
+"""Every difference between the two databases memory_sql runs on, SQLite and PostgreSQL.
+
+The rest of the code asks :func:`dialect_of` for the database's :class:`SQLDialect` and calls
+it; nothing else tests which database it is on (``migrations.py`` and the Alembic revisions,
+frozen, excepted). A new database is one more subclass here.
+
+- the write transaction: SQLite takes its write lock at ``BEGIN IMMEDIATE`` so a
+  read-then-write transaction waits for other writers instead of failing; PostgreSQL locks
+  rows (:meth:`SQLDialect.lock_rows`, ``FOR UPDATE [SKIP LOCKED]``);
+- insert-ignore and upsert (``ON CONFLICT``), whose builders are per dialect in SQLAlchemy;
+- whether the database is a file (another process sees it through the file) or a server;
+- the full-text index's match (one memory's facts holding any term, with their text or their
+  BM25 score) and the search condition across memories (every term, as a prefix too), with
+  its rank.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import weakref
+from collections.abc import Iterable, Mapping
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import URL, Connection, Engine
+
+from ..scope import Scope
+
+
+class SQLDialect:
+    """What differs between databases; one instance per database kind, shared."""
+
+    name: str
+    server: bool
+    """A server reached over connections (PostgreSQL), not a file (SQLite)."""
+    row_security: bool = False
+    """Roles and row-level security (each tenant's rows kept from the others by the database
+    itself, revision 0009); without them isolation is the tenant filter of every query."""
+    write_options: Mapping[str, str] = {}
+    """Execution options of a connection whose transaction will write (see
+    :func:`memory_sql.database.create_engine`: SQLite's ``sqlite_begin``)."""
+    begin_write: str = "BEGIN"
+    """The statement opening a write transaction on the driver itself."""
+    writable_probe: str = ""
+    """A statement that fails on a read-only database and writes nothing."""
+    raw_fts: bool = False
+    """Whether the full-text match reads the memory's texts for BM25 in Python
+    (:attr:`fts_match_sql` returns ``fact_id, search_text, tenant_id, user_id, agent_name``)
+    rather than scores (``fact_id, score``)."""
+
+    _insert: Any
+
+    def insert(self, table: sa.Table) -> Any:
+        """The dialect's INSERT (it has ``on_conflict_do_nothing/_update``)."""
+        return self._insert(table)
+
+    def insert_ignore(self, table: sa.Table) -> Any:
+        """``INSERT … ON CONFLICT DO NOTHING``: a row whose key is taken is skipped."""
+        return self._insert(table).on_conflict_do_nothing()
+
+    def upsert(
+        self,
+        table: sa.Table,
+        values: Mapping[str, Any] | None,
+        keys: Iterable[str],
+        set_: Mapping[str, Any] | Iterable[str],
+    ) -> Any:
+        """``INSERT … ON CONFLICT (keys) DO UPDATE``: ``set_`` maps columns to new values (an
+        ``excluded`` column is ``sa.literal_column``-free: pass the column names to take the
+        inserted value)."""
+        insert = self._insert(table)
+        if values is not None:
+            insert = insert.values(**values)
+        if not isinstance(set_, Mapping):
+            set_ = {name: insert.excluded[name] for name in set_}
+        return insert.on_conflict_do_update(
+            index_elements=[table.c[name] for name in keys], set_=dict(set_)
+        )
+
+    def lock_rows(self, query: sa.Select[Any], *, of: Any = None, skip_locked: bool = False) -> Any:
+        """``query`` locking the rows it reads until the transaction ends (no-op where the
+        whole database is locked by the write transaction already)."""
+        return query
+
+    def locks_rows(self) -> bool:
+        """Whether :meth:`lock_rows` locks (rows a concurrent transaction locked are then
+        skipped, or waited for)."""
+        return False
+
+    def driver_paramstyle(self, dialect: sa.Dialect) -> sa.Dialect:
+        """``dialect`` compiling named parameters for the driver itself."""
+        return dialect
+
+    # full-text ------------------------------------------------------------------------------
+
+    fts_match_sql: str = ""
+
+    def fts_match_params(
+        self, engine: Engine, scope: Scope, terms: list[str], *, limit: int, most: int
+    ) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def search_condition(
+        self, engine: Engine, terms: list[str]
+    ) -> tuple[sa.ColumnElement, sa.ColumnElement]:
+        """A condition on ``memory_facts`` true for facts holding every term (each also as a
+        prefix), and a relevance to order by (higher is better)."""
+        raise NotImplementedError
+
+    def driver_sql(self, sql: str) -> str:
+        """SQL written with the driver's ``%(name)s`` parameters, as SQLAlchemy's text() reads
+        it."""
+        return sql
+
+
+class SQLite(SQLDialect):
+    name = "sqlite"
+    server = False
+    write_options = {"sqlite_begin": "IMMEDIATE"}
+    begin_write = "BEGIN IMMEDIATE"
+    # Rewrites the migration stamp to itself (rolled back).
+    writable_probe = "UPDATE alembic_version SET version_num = version_num"
+    _insert = staticmethod(sqlite.insert)
+
+    def driver_paramstyle(self, dialect: sa.Dialect) -> sa.Dialect:
+        return type(dialect)(paramstyle="named")
+
+    # The best rows first, by the index alone (its scope term keeps it to the memory's live
+    # facts: a closed fact's term differs, revision 0015); then their facts, the scope checked
+    # again.
+    fts_match_sql = """
+SELECT f.fact_id, -h.score
+FROM (SELECT rowid, bm25(memory_facts_fts, 1.0, 0.0) AS score
+      FROM memory_facts_fts WHERE memory_facts_fts MATCH :match
+      ORDER BY score LIMIT :limit) AS h
+JOIN memory_facts AS f ON f.rowid = h.rowid
+WHERE f.tenant_id = :tenant AND f.user_id = :user AND f.agent_name = :agent
+ORDER BY h.score, f.fact_id"""
+
+    def fts_match_params(
+        self, engine: Engine, scope: Scope, terms: list[str], *, limit: int, most: int
+    ) -> dict[str, Any]:
+        alternatives = " OR ".join(_quoted_phrase(term) + " *" for term in terms)
+        own = _quoted_phrase(scope_term(scope))
+        return {
+            "tenant": scope.tenant_id,
+            "user": scope.user_id,
+            "agent": scope.agent_key,
+            "match": f"scope_key : {own} AND search_text : ({alternatives})",
+            "limit": limit,
+        }
+
+    def search_condition(
+        self, engine: Engine, terms: list[str]
+    ) -> tuple[sa.ColumnElement, sa.ColumnElement]:
+        match = "search_text : (" + " AND ".join(_quoted_phrase(t) + " *" for t in terms) + ")"
+        fts = sa.text(
+            "SELECT rowid, bm25(memory_facts_fts, 1.0, 0.0) AS rank FROM memory_facts_fts "
+            "WHERE memory_facts_fts MATCH :search_match"
+        ).bindparams(search_match=match)
+        hits = fts.columns(sa.column("rowid", sa.Integer), sa.column("rank", sa.Float)).subquery()
+        rowid = sa.literal_column("memory_facts.rowid")
+        relevance = sa.select(-hits.c.rank).where(hits.c.rowid == rowid).scalar_subquery()
+        return rowid.in_(sa.select(hits.c.rowid)), relevance
+
+
+class PostgreSQL(SQLDialect):
+    name = "postgresql"
+    server = True
+    row_security = True
+    # Read-only transactions refuse any UPDATE before looking for rows; a role the service
+    # runs as may update the queue, not the migration stamp.
+    writable_probe = "UPDATE memory_pending_updates SET attempts = attempts WHERE false"
+    raw_fts = True
+    _insert = staticmethod(postgresql.insert)
+
+    def lock_rows(self, query: sa.Select[Any], *, of: Any = None, skip_locked: bool = False) -> Any:
+        return query.with_for_update(of=of, skip_locked=skip_locked)
+
+    def locks_rows(self) -> bool:
+        return True
+
+    # The memory's live facts holding any of the terms, found through the GIN index (partial:
+    # live rows only, revision 0015), with their searchable text: BM25 is computed from it.
+    fts_match_sql = """
+SELECT fact_id, search_text, tenant_id, user_id, agent_name FROM memory_facts
+WHERE valid_to IS NULL AND search_vector @@ (
+    CAST(%(memory)s AS tsquery) && to_tsquery(CAST(%(config)s AS regconfig), %(query)s)
+)
+LIMIT %(most)s"""
+
+    def fts_match_params(
+        self, engine: Engine, scope: Scope, terms: list[str], *, limit: int, most: int
+    ) -> dict[str, Any]:
+        return {
+            "memory": _quoted_lexeme(pg_scope_term(scope)),
+            "config": text_search_config(engine),
+            "query": " | ".join(_quoted_lexeme(term) + ":*" for term in terms),
+            "most": most,
+        }
+
+    def search_condition(
+        self, engine: Engine, terms: list[str]
+    ) -> tuple[sa.ColumnElement, sa.ColumnElement]:
+        config = sa.cast(text_search_config(engine), _REGCONFIG)
+        vector = sa.literal_column("memory_facts.search_vector", _TSVECTOR)
+        text = " & ".join(_quoted_lexeme(term) + ":*" for term in terms)
+        query = sa.func.to_tsquery(config, text, type_=_TSQUERY)
+        size = _pg_estimated_size()
+        relevance = sum(
+            (
+                _pg_idf(config, term, size) * sa.func.ts_rank(vector, _pg_prefix(config, term), 1)
+                for term in dict.fromkeys(terms)
+            ),
+            sa.literal(0.0),
+        )
+        return vector.op("@@")(query), relevance
+
+    def driver_sql(self, sql: str) -> str:
+        return re.sub(r"%\((\w+)\)s", r":\1", sql)
+
+
+_DIALECTS: dict[str, SQLDialect] = {d.name: d for d in (SQLite(), PostgreSQL())}
+
+
+def dialect_of(bind: Engine | Connection | sa.Dialect | URL | str) -> SQLDialect:
+    """The :class:`SQLDialect` of an engine, a connection, a SQLAlchemy dialect, a URL or a
+    backend name."""
+    if isinstance(bind, str):
+        name = bind
+    elif isinstance(bind, URL):
+        name = bind.get_backend_name()
+    elif isinstance(bind, sa.Dialect):
+        name = bind.name
+    else:
+        name = bind.dialect.name
+    try:
+        return _DIALECTS[name]
+    except KeyError:
+        raise ValueError(
+            f"unsupported database {name!r}: memory_sql runs on SQLite and PostgreSQL"
+        ) from None
+
+
+def is_server(bind: Engine | Connection | sa.Dialect | URL | str) -> bool:
+    """Whether the database is a server (PostgreSQL), not a file other processes share."""
+    return dialect_of(bind).server
+
+
+def database_file(url: URL) -> str | None:
+    """The file a file database's URL names (``sqlite:///path.db``, or
+    ``sqlite:///file:path?uri=true``); None for a server, an in-memory database or a database
+    memory_sql does not know."""
+    dialect = _DIALECTS.get(url.get_backend_name())
+    if dialect is None or dialect.server:
+        return None
+    database = url.database or ""
+    if str(url.query.get("uri", "")).lower() in ("true", "1") and database.startswith("file:"):
+        if str(url.query.get("mode", "")) == "memory":
+            return None
+        database = unquote(urlsplit(database).path)
+    if database in ("", ":memory:"):
+        return None
+    return database
+
+
+def write_options(bind: Engine | Connection) -> Mapping[str, str]:
+    """:attr:`SQLDialect.write_options` of ``bind``'s database."""
+    return dialect_of(bind).write_options
+
+
+# full-text helpers -------------------------------------------------------------------------
+
+
+def pg_scope_term(scope: Scope) -> str:
+    """The term of PostgreSQL's ``search_vector`` for ``scope``'s memory, as revision 0011's
+    generated column makes it (``'s' || md5(tenant || chr(31) || user || chr(31) || agent)``;
+    the rows read are checked against the scope all the same)."""
+    key = "\x1f".join((scope.tenant_id, scope.user_id, scope.agent_key))
+    return "s" + hashlib.md5(key.encode("utf-8"), usedforsecurity=False).hexdigest()
+
+
+def scope_term(scope: Scope) -> str:
+    """The term of the FTS5 table's ``scope_key`` for ``scope``: as revision 0011's triggers
+    write it (``'s' || hex(tenant || char(31) || user || char(31) || agent)``), folded."""
+    key = "\x1f".join((scope.tenant_id, scope.user_id, scope.agent_key))
+    return "s" + key.encode("utf-8").hex()
+
+
+def text_search_config(engine: Engine) -> str:
+    """The text search configuration of PostgreSQL's ``search_vector`` column (revision 0011
+    chose it), read once per engine."""
+    known = _CONFIGS.get(engine)
+    if known is None:
+        with engine.connect() as conn:
+            expression = conn.exec_driver_sql(_COLUMN_EXPRESSION).scalar()
+        found = re.search(r"'([^']+)'::regconfig", expression or "")
+        known = _CONFIGS[engine] = found.group(1) if found else "simple"
+    return known
+
+
+_CONFIGS: weakref.WeakKeyDictionary[Engine, str] = weakref.WeakKeyDictionary()
+_COLUMN_EXPRESSION = """
+SELECT pg_get_expr(d.adbin, d.adrelid)
+FROM pg_attrdef AS d JOIN pg_attribute AS a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+WHERE d.adrelid = 'memory_facts'::regclass AND a.attname = 'search_vector'"""
+
+
+class _RegConfigType(sa.types.UserDefinedType):
+    cache_ok = True
+
+    def get_col_spec(self, **kw: object) -> str:
+        return "regconfig"
+
+
+class _TSQueryType(sa.types.UserDefinedType):
+    cache_ok = True
+
+    def get_col_spec(self, **kw: object) -> str:
+        return "tsquery"
+
+
+class _TSVectorType(sa.types.UserDefinedType):
+    cache_ok = True
+
+    def get_col_spec(self, **kw: object) -> str:
+        return "tsvector"
+
+
+_REGCONFIG = _RegConfigType()
+_TSQUERY = _TSQueryType()
+_TSVECTOR = _TSVectorType()
+
+
+def _quoted_lexeme(term: str) -> str:
+    return "'" + term.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def _quoted_phrase(term: str) -> str:
+    return '"' + term.replace('"', '""') + '"'
+
+
+FREQUENCY_CAP = 2_000
+"""Live facts counted at most per term for its document frequency on PostgreSQL: terms more
+common than that all weigh as one that common (the count stays a bounded index read)."""
+
+
+def _pg_prefix(config: sa.ColumnElement, term: str) -> sa.ColumnElement:
+    return sa.func.to_tsquery(config, _quoted_lexeme(term) + ":*", type_=_TSQUERY)
+
+
+def _pg_estimated_size() -> sa.ColumnElement:
+    """The table's size as the planner last estimated it (-1 before its first analysis)."""
+    pg_class = sa.table("pg_class", sa.column("oid"), sa.column("reltuples", sa.Float))
+    own = pg_class.c.oid == sa.text("'memory_facts'::regclass")
+    return sa.select(pg_class.c.reltuples).where(own).scalar_subquery()
+
+
+def _pg_idf(config: sa.ColumnElement, term: str, size: sa.ColumnElement) -> sa.ColumnElement:
+    """``term``'s inverse document frequency as BM25 weighs it, ``ln(1 + (N − n + 0.5) / (n +
+    0.5))`` = ``ln((N + 1) / (n + 0.5))``: ``n`` the live facts it matches as a prefix, counted
+    through the GIN index up to :data:`FREQUENCY_CAP`, ``N`` the table's estimated size (at
+    least the cap, so at least ``n``). An uncorrelated subquery: PostgreSQL computes it once per
+    search, in the search's own statement."""
+    facts = sa.table("memory_facts", sa.column("valid_to"), sa.column("search_vector")).alias(
+        "frequency"
+    )
+    vector = sa.literal_column("frequency.search_vector", _TSVECTOR)
+    matching = (
+        sa.select(sa.literal(1))
+        .select_from(facts)
+        .where(facts.c.valid_to.is_(None), vector.op("@@")(_pg_prefix(config, term)))
+        .limit(FREQUENCY_CAP)
+        .subquery()
+    )
+    count = sa.select(sa.func.count()).select_from(matching).scalar_subquery()
+    total = sa.func.greatest(size, FREQUENCY_CAP)
+    return sa.func.ln((total + 1.0) / (count + 0.5))

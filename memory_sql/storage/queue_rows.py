@@ -1,0 +1,179 @@
+"""The update queue's rows read and changed by hand (``memory_pending_updates``): listed,
+counted, retried, dropped. The ``queue`` capability of a SQL storage; what the keys mean and
+what the operations promise is :mod:`memory_sql.queue.manage`'s.
+
+A selection of rows is given as *key patterns*: ``(tenant, user, agent, thread, kind)`` tuples
+whose ``None`` parts match any value (``agent`` ``""`` is the unnamed agents').
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from ..database import database_errors
+from ..schema import memory_pending_updates as pending
+from .dialects import dialect_of
+
+KeyPattern = tuple[str, str, str | None, str | None, str | None]
+"""(tenant, user, agent, thread, kind); None matches any value."""
+
+_COLUMNS = (
+    pending.c.tenant_id,
+    pending.c.user_id,
+    pending.c.agent_name,
+    pending.c.thread_id,
+    pending.c.kind,
+    pending.c.status,
+    pending.c.attempts,
+    pending.c.last_error,
+    pending.c.due_at,
+    pending.c.first_enqueued_at,
+    pending.c.last_enqueued_at,
+    pending.c.lease_until,
+)
+_ORDER = (
+    pending.c.status,  # failed before pending
+    pending.c.due_at,
+    pending.c.tenant_id,
+    pending.c.user_id,
+    pending.c.agent_name,
+    pending.c.thread_id,
+    pending.c.kind,
+)
+_PATTERN_COLUMNS = ("tenant_id", "user_id", "agent_name", "thread_id", "kind")
+
+
+def count_statement(now: datetime) -> sa.Select[Any]:
+    """The queue's rows ``pending`` (waiting or running), ``failed`` (given up), ``leased``
+    (running anywhere now) and ``due`` (waiting and due now), as one row of those columns."""
+    leased = sa.and_(pending.c.lease_until.is_not(None), pending.c.lease_until >= now)
+    due = sa.and_(pending.c.status == "pending", pending.c.due_at <= now, ~leased)
+    return sa.select(
+        sa.func.count().filter(pending.c.status == "pending").label("pending"),
+        sa.func.count().filter(pending.c.status == "failed").label("failed"),
+        sa.func.count().filter(leased).label("leased"),
+        sa.func.count().filter(due).label("due"),
+    )
+
+
+def list_rows(
+    engine: Engine,
+    *,
+    failed_only: bool = False,
+    tenant_id: str | None = None,
+    user_id: str | None = None,
+    agent_key: str | None = None,
+    limit: int | None = None,
+) -> list[Any]:
+    """The rows (the columns of :data:`_COLUMNS`), failed first, then by due time.
+
+    Raises:
+        StorageError: the database failed.
+    """
+    query = sa.select(*_COLUMNS).order_by(*_ORDER).limit(limit)
+    if failed_only:
+        query = query.where(pending.c.status == "failed")
+    for column, value in (
+        (pending.c.tenant_id, tenant_id),
+        (pending.c.user_id, user_id),
+        (pending.c.agent_name, agent_key),
+    ):
+        if value is not None:
+            query = query.where(column == value)
+    with database_errors(engine, "reading the update queue"), engine.connect() as conn:
+        return list(conn.execute(query).all())
+
+
+def count_rows(engine: Engine, now: datetime, *, tenant_id: str | None = None) -> dict[str, int]:
+    """:func:`count_statement`'s counts of ``tenant_id``'s rows (None: every tenant's).
+
+    Raises:
+        StorageError: the database failed.
+    """
+    query = count_statement(now)
+    if tenant_id is not None:
+        query = query.where(pending.c.tenant_id == tenant_id)
+    with database_errors(engine, "reading the update queue"), engine.connect() as conn:
+        return dict(conn.execute(query).mappings().one())
+
+
+def change_rows(
+    engine: Engine,
+    patterns: Sequence[KeyPattern] | None,
+    *,
+    tenant_id: str | None,
+    now: datetime,
+    what: str,
+    drop: bool,
+    values: dict[str, Any] | None = None,
+    check: Callable[[list[Any]], None] | None = None,
+) -> list[Any]:
+    """In one write transaction, the rows ``patterns`` name (None: every ``failed`` row, of
+    ``tenant_id`` if given), locked; ``check`` is called with them (what it raises rolls
+    back); then those not leased now are deleted (``drop``) or updated to ``values``.
+    Returns the rows as they were.
+
+    Raises:
+        StorageError: the database failed.
+    """
+    if patterns is None:
+        selected: sa.ColumnElement[bool] = pending.c.status == "failed"
+        if tenant_id is not None:
+            selected = sa.and_(selected, pending.c.tenant_id == tenant_id)
+    else:
+        selected = sa.or_(*(_condition(pattern) for pattern in patterns))
+    running = sa.and_(pending.c.lease_until.is_not(None), pending.c.lease_until >= now)
+    dialect = dialect_of(engine)
+    with database_errors(engine, what), engine.connect() as conn:
+        conn = conn.execution_options(**dialect.write_options)
+        with conn.begin():
+            query = dialect.lock_rows(sa.select(*_COLUMNS).where(selected).order_by(*_ORDER))
+            rows = list(conn.execute(query))
+            if check is not None:
+                check(rows)
+            if rows:
+                where = sa.and_(selected, ~running)
+                change = (
+                    sa.delete(pending).where(where)
+                    if drop
+                    else sa.update(pending).where(where).values(**(values or {}))
+                )
+                conn.execute(change)
+    return rows
+
+
+def _condition(pattern: KeyPattern) -> sa.ColumnElement[bool]:
+    return sa.and_(
+        *(
+            pending.c[name] == value
+            for name, value in zip(_PATTERN_COLUMNS, pattern, strict=True)
+            if value is not None
+        )
+    )
+
+
+def rows_of_threads(engine: Engine, keys: Sequence[tuple[str, str, str, str]]) -> list[Any]:
+    """The rows of the threads ``keys`` name (``(tenant, user, agent key, thread)``): their key
+    columns, ``status``, ``attempts``, ``last_error``.
+
+    Raises:
+        StorageError: the database failed.
+    """
+    columns = (pending.c.tenant_id, pending.c.user_id, pending.c.agent_name, pending.c.thread_id)
+    wanted = list(keys)
+    found: list[Any] = []
+    with database_errors(engine, "reading the update queue"), engine.connect() as conn:
+        for start in range(0, len(wanted), 500):
+            found.extend(
+                conn.execute(
+                    sa.select(
+                        *columns, pending.c.status, pending.c.attempts, pending.c.last_error
+                    ).where(sa.tuple_(*columns).in_(wanted[start : start + 500]))
+                )
+            )
+    return found
