@@ -328,3 +328,108 @@ def test_a_second_lookup_follows_the_best_matchs_own_terms(target, scope):
             )
             assert "Zephyr is the notification service" in block
             assert ("Zephyr went down" in block) is expected
+
+
+# The lexical rule (issue #31): accents fold, one matching rule for the context and search, a
+# rare term outweighs a common one, scripts without spaces between words.
+LEXICAL = [
+    Fact(content="Meets friends at Café Luzeiro on Sundays", confidence=0.6),
+    Fact(content="The cafe near the office opens at seven", confidence=0.6),
+    Fact(content="Zorblax zorblax meeting bot notes", confidence=0.5),
+    Fact(content="Meeting meeting zorblax desk plans", confidence=0.9),
+    Fact(content="ชอบกาแฟเย็นตอนเช้า", confidence=0.6),  # likes iced coffee in the morning
+    Fact(content="हिन्दी सीख रहा है", confidence=0.6),  # is learning Hindi
+    Fact(content="Codes in Python at work", confidence=0.6),
+    *(
+        Fact(content=f"Weekly meeting number {n} about the budget", confidence=0.99)
+        for n in range(40)
+    ),
+]
+CAFE_FACTS = {"Meets friends at Café Luzeiro on Sundays", "The cafe near the office opens at seven"}
+
+
+@pytest.fixture
+def lexical(target, scope):
+    config = MemoryConfig(storage=target, max_facts=10_000, recall_expansion_weight=0)
+    with MemoryService(config, start=False) as service:
+        service.storage.save(MemoryDocument(facts=list(LEXICAL)), **scope)
+        yield service
+
+
+def _in_context(service: MemoryService, scope: dict[str, str], query: str) -> list[str]:
+    doc = service.storage.load(**scope)
+    by_id = {fact.id: fact.content for fact in doc.facts}
+    return [by_id[i] for i in service.recall.ranking(doc, Scope.of(**scope), query)]
+
+
+def _searched(service: MemoryService, scope: dict[str, str], query: str) -> list[str]:
+    from memory_sql.ops import search_facts
+
+    found = search_facts(service.storage.engine, query, user_id=scope["user_id"], limit=None)
+    return [record.fact.content for record in found]
+
+
+@pytest.mark.parametrize("query", ["cafe", "café", "CAFÉ", "Cafés", "cafe\u0301"])
+def test_accents_fold_both_ways_in_the_context(lexical, scope, query):
+    assert set(_in_context(lexical, scope, query)) == CAFE_FACTS
+
+
+@pytest.mark.parametrize("query", ["cafe", "café", "CAFÉS"])
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+)
+def test_accents_fold_both_ways_in_search(lexical, scope, query):
+    assert set(_searched(lexical, scope, query)) == CAFE_FACTS
+
+
+@pytest.mark.parametrize(
+    "query", ["cafe", "café", "pyth", "python", "zorblax", "meeting", "กาแฟ", "हिन्दी", "luz"]
+)
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+)
+def test_the_context_and_search_match_the_same_facts(lexical, scope, query):
+    """One rule: a query term matches the words it starts, after the same folding. Search
+    wants every term, the context any, so a query of one term finds the same facts in both
+    (a Thai word is several pairs of characters: search's facts are among the context's)."""
+    searched, ranked = (
+        set(_searched(lexical, scope, query)),
+        set(_in_context(lexical, scope, query)),
+    )
+    assert searched and searched <= ranked
+    if len(query_terms(query)) == 1:
+        assert searched == ranked
+
+
+def test_a_rare_term_outranks_a_common_one_in_the_context(lexical, scope):
+    """ "meeting" is in 42 facts, "zorblax" in 2: the fact that says zorblax twice comes before
+    the one that says meeting twice, though its confidence is lower."""
+    ranked = _in_context(lexical, scope, "meeting zorblax")
+    assert ranked[:2] == [
+        "Zorblax zorblax meeting bot notes",
+        "Meeting meeting zorblax desk plans",
+    ]
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+)
+def test_a_rare_term_outranks_a_common_one_in_search(lexical, scope):
+    """Both facts hold both terms, as often; without weighing the terms by their rarity
+    (PostgreSQL's ``ts_rank`` alone) they tie and the higher confidence would go first."""
+    assert _searched(lexical, scope, "meeting zorblax") == [
+        "Zorblax zorblax meeting bot notes",
+        "Meeting meeting zorblax desk plans",
+    ]
+
+
+def test_scripts_without_spaces_and_with_combining_marks_are_cut_into_terms():
+    assert search_text("Café NAÏVE Ærøskøbing Łódź") == "caf naiv aeroskob lodz"
+    assert query_terms("café") == query_terms("cafe") == ["caf"]
+    assert search_text("กาแฟ") == "กา าแ แฟ"  # Thai: pairs of characters, marks kept
+    assert search_text("ฉันกิน") == "ฉัน นกิ กิน"
+    assert search_text("हिन्दी") == "हिन्दी"  # vowel signs and virama stay in the word
+    assert search_text("が好き 한국어") == "が 好 き 한 국 어"  # kana keeps its voicing mark
+    assert search_text("ёлка Ελλάδα") == "елка ελλαδα"
+    assert search_text("كَتَبَ الدَّرْسَ") == search_text("كتب الدرس") == "كتب الدرس"  # harakat
+    assert search_text("שָׁלוֹם") == search_text("שלום") == "שלום"  # niqqud

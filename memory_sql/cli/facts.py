@@ -127,7 +127,10 @@ def facts_remove(
 def facts_search(
     text: Annotated[
         str | None,
-        typer.Argument(help="Text the fact contains (casefold: STRASSE finds Straße)."),
+        typer.Argument(
+            help="Words the fact holds, each also as a prefix, case and accents folded "
+            "(STRASSE finds Straße, cafe finds Café)."
+        ),
     ] = None,
     category: Annotated[str | None, typer.Option("--category", help="Only this category.")] = None,
     min_confidence: Annotated[

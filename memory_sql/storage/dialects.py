@@ -146,7 +146,7 @@ ORDER BY h.score, f.fact_id"""
     def fts_match_params(
         self, engine: Engine, scope: Scope, terms: list[str], *, limit: int, most: int
     ) -> dict[str, Any]:
-        alternatives = " OR ".join(_quoted_phrase(term) for term in terms)
+        alternatives = " OR ".join(_quoted_phrase(term) + " *" for term in terms)
         own = _quoted_phrase(scope_term(scope))
         return {
             "tenant": scope.tenant_id,
@@ -203,18 +203,26 @@ LIMIT %(most)s"""
         return {
             "memory": _quoted_lexeme(pg_scope_term(scope)),
             "config": text_search_config(engine),
-            "query": " | ".join(_quoted_lexeme(term) for term in terms),
+            "query": " | ".join(_quoted_lexeme(term) + ":*" for term in terms),
             "most": most,
         }
 
     def search_condition(
         self, engine: Engine, terms: list[str]
     ) -> tuple[sa.ColumnElement[Any], sa.ColumnElement[Any]]:
-        text = " & ".join(_quoted_lexeme(term) + ":*" for term in terms)
         config = sa.cast(text_search_config(engine), _REGCONFIG)
-        query = sa.func.to_tsquery(config, text, type_=_TSQUERY)
         vector = sa.literal_column("memory_facts.search_vector", _TSVECTOR)
-        return vector.op("@@")(query), sa.func.ts_rank_cd(vector, query)
+        text = " & ".join(_quoted_lexeme(term) + ":*" for term in terms)
+        query = sa.func.to_tsquery(config, text, type_=_TSQUERY)
+        size = _pg_estimated_size()
+        relevance = sum(
+            (
+                _pg_idf(config, term, size) * sa.func.ts_rank(vector, _pg_prefix(config, term), 1)
+                for term in dict.fromkeys(terms)
+            ),
+            sa.literal(0.0),
+        )
+        return vector.op("@@")(query), relevance
 
     def driver_sql(self, sql: str) -> str:
         return re.sub(r"%\((\w+)\)s", r":\1", sql)
@@ -338,3 +346,43 @@ def _quoted_lexeme(term: str) -> str:
 
 def _quoted_phrase(term: str) -> str:
     return '"' + term.replace('"', '""') + '"'
+
+
+FREQUENCY_CAP = 2_000
+"""Live facts counted at most per term for its document frequency on PostgreSQL: terms more
+common than that all weigh as one that common (the count stays a bounded index read)."""
+
+
+def _pg_prefix(config: sa.ColumnElement[Any], term: str) -> sa.ColumnElement[Any]:
+    return sa.func.to_tsquery(config, _quoted_lexeme(term) + ":*", type_=_TSQUERY)
+
+
+def _pg_estimated_size() -> sa.ColumnElement[Any]:
+    """The table's size as the planner last estimated it (-1 before its first analysis)."""
+    pg_class = sa.table("pg_class", sa.column("oid"), sa.column("reltuples", sa.Float))
+    own = pg_class.c.oid == sa.text("'memory_facts'::regclass")
+    return sa.select(pg_class.c.reltuples).where(own).scalar_subquery()
+
+
+def _pg_idf(
+    config: sa.ColumnElement[Any], term: str, size: sa.ColumnElement[Any]
+) -> sa.ColumnElement[Any]:
+    """``term``'s inverse document frequency as BM25 weighs it, ``ln(1 + (N − n + 0.5) / (n +
+    0.5))`` = ``ln((N + 1) / (n + 0.5))``: ``n`` the live facts it matches as a prefix, counted
+    through the GIN index up to :data:`FREQUENCY_CAP`, ``N`` the table's estimated size (at
+    least the cap, so at least ``n``). An uncorrelated subquery: PostgreSQL computes it once per
+    search, in the search's own statement."""
+    facts = sa.table("memory_facts", sa.column("valid_to"), sa.column("search_vector")).alias(
+        "frequency"
+    )
+    vector = sa.literal_column("frequency.search_vector", _TSVECTOR)
+    matching = (
+        sa.select(sa.literal(1))
+        .select_from(facts)
+        .where(facts.c.valid_to.is_(None), vector.op("@@")(_pg_prefix(config, term)))
+        .limit(FREQUENCY_CAP)
+        .subquery()
+    )
+    count = sa.select(sa.func.count()).select_from(matching).scalar_subquery()
+    total = sa.func.greatest(size, FREQUENCY_CAP)
+    return sa.func.ln((total + 1.0) / (count + 0.5))

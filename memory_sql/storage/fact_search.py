@@ -93,11 +93,13 @@ def search_facts(
     """Facts of every memory matching all the filters given: most relevant to ``text`` first
     when one is given, else highest confidence first.
 
-    ``text`` is looked up in the database's full-text index (:mod:`memory_sql.text_search`): a
+    ``text`` is looked up in the database's full-text index (:mod:`memory_sql.text_search`,
+    the matching rule of :mod:`memory_sql.storage.search`, the same as a ranked context's): a
     fact matches when it holds every term of ``text``, each also as the start of a longer
-    word, folded as duplicates are (NFKC, ``str.casefold()``): ``"STRASSE"`` finds
-    ``"Straße"``, ``"python"`` and ``"pyth"`` find ``"ＰＹＴＨＯＮ"``, ``"上海"`` finds
-    ``"在上海工作"`` (each CJK character is a term). Ties in relevance go by confidence. A text
+    word, folded as duplicates are (NFKC, ``str.casefold()``) and accents dropped:
+    ``"STRASSE"`` finds ``"Straße"``, ``"python"`` and ``"pyth"`` find ``"ＰＹＴＨＯＮ"``,
+    ``"cafe"`` finds ``"Café"``, ``"上海"`` finds ``"在上海工作"`` (each CJK character is a
+    term). A rare term weighs more than a common one; ties in relevance go by confidence. A text
     with no letters or digits matches nothing (an empty one is no filter). ``agent_name=""``
     selects the unnamed agents' memories; ``limit=None`` returns every match. Only live facts
     are searched unless ``include_closed`` (closed versions then come with their
@@ -130,13 +132,14 @@ def search_facts(
     if limit is not None:
         parameters["limit"] = limit
     statement = _search_statement(frozenset(parameters) | _LIVE_ONLY[include_closed])
-    if text is not None and text.strip():
-        terms = query_terms(text)
-        if not terms:
-            return []
-        matching, relevance = search_condition(engine, terms)
-        statement = statement.where(matching).order_by(None).order_by(relevance.desc(), *_ORDER)
+    terms = query_terms(text) if text is not None and text.strip() else None
+    if terms == []:
+        return []
     with database_errors(engine, "search facts"):
+        if terms:
+            matching, relevance = search_condition(engine, terms)
+            order = (relevance.desc(), *_ORDER)
+            statement = statement.where(matching).order_by(None).order_by(*order)
         rows = read_facts_by_driver(engine, statement, parameters, scoped=3)
         if rows is not None:  # one autocommit round trip on the driver
             return [FactRecord(t, u, a or None, fact) for (t, u, a), fact in rows]

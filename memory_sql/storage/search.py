@@ -1,19 +1,21 @@
 """Facts found and scored by the database's full-text index (revision 0011).
 
-Two questions are asked of the index, with terms cut by :func:`memory_sql.text_search.query_terms`:
+Two questions are asked of the index, with terms cut by :func:`memory_sql.text_search.query_terms`,
+and one matching rule for both: a query term matches a fact's term that it equals or starts
+(``pyth`` matches "Python", ``caf``, the stem of "cafe", matches "Café Luzeiro"'s ``caf``).
 
-- :func:`match_facts`: which facts of one memory share terms with a query, each with its BM25
-  score (``k1`` = 1.2, ``b`` = 0.75), highest first. Any term may match. This is the text
-  relevance of ranked recall.
+- :func:`match_facts`: which facts of one memory match any term of a query, each with its BM25
+  score (``k1`` = 1.2, ``b`` = 0.75), highest first. This is the text relevance of ranked recall.
 - :func:`search_condition`: a condition on ``memory_facts`` for a search across memories, true
-  for a fact holding every term (each also as a prefix: ``pyth`` finds "Python"), and a
-  relevance to order by.
+  for a fact matching every term, and a relevance to order by, in which, as in BM25, a rare
+  term weighs more than a common one.
 
 PostgreSQL finds the memory's matching facts through the GIN index of the generated
-``tsvector`` and returns their searchable text, from which :func:`bm25` scores them: document
-frequencies and the fact count are the memory's own, the average length that of the matching
-facts. SQLite asks FTS5, whose ``bm25()``
-weighs terms by their frequency in the whole table, restricted to the memory by its scope term.
+``tsvector`` (prefix queries, ``'caf':*``) and returns their searchable text, from which
+:func:`bm25` scores them: document frequencies and the fact count are the memory's own, the
+average length that of the matching facts. SQLite asks FTS5 (prefix phrases, ``"caf" *``),
+whose ``bm25()`` weighs terms by their frequency in the whole table, restricted to the memory
+by its scope term.
 The JSON-file store, which has no index, scores the same BM25 in Python over the loaded memory
 (:func:`score_in_memory`).
 
@@ -93,35 +95,52 @@ def bm25(
     facts: int | None = None,
 ) -> list[tuple[str, float]]:
     """BM25 of ``documents`` (fact id, searchable text) for ``terms``, best first, at most
-    ``limit``. Document frequencies are counted over ``documents``, which must hold every fact
-    of the memory that holds a term; ``facts`` is the memory's size (default: the documents'),
-    the average length that of ``documents``."""
+    ``limit``, a term matching the words it starts (the module's rule). Document frequencies
+    are counted over ``documents``, which must hold every fact of the memory that holds a term;
+    ``facts`` is the memory's size (default: the documents'), the average length that of
+    ``documents``."""
     wanted = set(terms)
     if not wanted or not documents:
         return []
-    total = 0
+    parsed = [(fact_id, *_term_counts(text)) for fact_id, text in documents]
+    total = sum(length for *_, length in parsed)
+    vocabulary = set().union(*(counts.keys() for _, counts, _ in parsed))
+    prefixed = _prefixed_by(vocabulary, wanted)
+    words = prefixed.keys()
     held = []
-    for fact_id, text in documents:
-        counts, length = _term_counts(text)
-        total += length
-        common = counts.keys() & wanted
+    for fact_id, counts, length in parsed:
+        common = counts.keys() & words
         if common:
-            held.append((fact_id, counts, length, common))
+            tf: dict[str, int] = {}
+            for word in common:
+                for term in prefixed[word]:
+                    tf[term] = tf.get(term, 0) + counts[word]
+            held.append((fact_id, tf, length))
     average = max(total / len(documents), 1.0)
-    frequency = Counter(itertools.chain.from_iterable(common for *_, common in held))
+    frequency = Counter(itertools.chain.from_iterable(tf for _, tf, _ in held))
     n = max(facts or 0, len(documents))
     idf = {
         term: math.log(1 + (n - count + 0.5) / (count + 0.5)) for term, count in frequency.items()
     }
     scored = []
-    for fact_id, counts, length, common in held:
+    for fact_id, tf, length in held:
         norm = K1 * (1 - B + B * length / average)
         score = 0.0
-        for term in common:
-            tf = counts[term]
-            score += idf[term] * tf * (K1 + 1) / (tf + norm)
+        for term, count in tf.items():
+            score += idf[term] * count * (K1 + 1) / (count + norm)
         scored.append((-score, fact_id))
     return [(fact_id, -negative) for negative, fact_id in heapq.nsmallest(limit, scored)]
+
+
+def _prefixed_by(vocabulary: set[str], terms: set[str]) -> dict[str, tuple[str, ...]]:
+    """The words of ``vocabulary`` that some of ``terms`` start, each with those terms."""
+    sizes = sorted({len(term) for term in terms})
+    found = {}
+    for word in vocabulary:
+        hits = tuple(word[:size] for size in sizes if size <= len(word) and word[:size] in terms)
+        if hits:
+            found[word] = hits
+    return found
 
 
 @functools.lru_cache(maxsize=100_000)

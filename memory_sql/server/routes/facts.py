@@ -87,7 +87,10 @@ def list_facts(
     caller: Reader,
     state: State,
     agent_name: ListAgentQuery = None,
-    q: Annotated[str | None, Query(description="Text the fact contains (casefold)")] = None,
+    q: Annotated[
+        str | None,
+        Query(description="Words the fact holds, each also as a prefix, case and accents folded"),
+    ] = None,
     category: str | None = None,
     min_confidence: Annotated[float | None, Query(ge=0, le=1)] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
