@@ -44,11 +44,16 @@ def _expected_drops(instance: dict) -> tuple[list[str], int]:
             reasons.append("empty" if not content.strip() else "placeholder")
         else:  # a kept fact's replaced ids, each read on its own
             reasons += [reason for fact_id in fact["replaces"] if (reason := _drop(fact_id))]
+    # A removal is applied only with what replaces it: a refused new fact holds back every
+    # removal of the reply that is otherwise kept.
+    fact_refused = any(placeholder(f["content"].replace("\x00", "")) for f in instance["newFacts"])
     for key in ("factsToRemove", "factsToReinforce"):
         for fact_id in instance[key]:
             parts += 1
             if _drop(fact_id):
                 reasons.append(_drop(fact_id))
+            elif key == "factsToRemove" and fact_refused:
+                reasons.append("replacement_refused")
     for key in ("staleFactsToRemove", "staleFactsToExtend"):
         for item in instance[key]:
             parts += 1

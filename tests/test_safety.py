@@ -134,7 +134,7 @@ def test_settings_turn_it_off_add_patterns_and_allow_values():
     with pytest.raises(ValueError, match="does not compile"):
         Redactor(extra_patterns={"bad": "("})
     config = MemoryConfig.from_env({"MEMORY_SQL_REDACTION": "off"})
-    assert config.redaction == "off" and MemoryConfig().redaction == "on"
+    assert config.safety.redaction == "off" and MemoryConfig().safety.redaction == "on"
 
 
 @pytest.mark.parametrize(

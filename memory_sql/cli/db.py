@@ -220,7 +220,7 @@ def db_scrub(
     ] = BATCH_ROWS,
     config: ConfigOption = None,
 ) -> None:
-    """Find secrets already stored and replace them with placeholders ([redacted: <kind>]).
+    """Find secrets already stored and replace them with typed placeholders.
 
     Facts (live and past versions), fact events, sections, queue rows, memory-LLM call errors:
     read in batches, each its own transaction; a row is written only if a secret was found, so

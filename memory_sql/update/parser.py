@@ -96,9 +96,10 @@ from .review import FACT_CATEGORIES, MAX_FACT_CHARS
 MAX_REPLY_CHARS = 2_000_000
 MAX_JSON_CHARS = 300_000
 MAX_CANDIDATES = 64
-# Issue 34: bounds sized to real replies (at most 5 new facts measured, benchmarks/
-# bench_reply_sizes.py), not 50: a small model given room for 50 repeats an item until cut.
-MAX_NEW_FACTS = 16
+# Bounds sized to real replies (at most 5 new facts measured, benchmarks/bench_reply_sizes.py),
+# not 50: a small model given room for 50 repeats an item until cut. New facts keep room for a
+# part of a long flush that reveals many (tests/test_service.py learns 60 from 3 parts).
+MAX_NEW_FACTS = 32
 """Facts one reply may propose (the schema's ``maxItems``); later ones are dropped."""
 MAX_REMOVALS = 20
 """Removals one reply may name (the schema's ``maxItems``); later ones are dropped."""

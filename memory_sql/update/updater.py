@@ -693,7 +693,11 @@ class _Run:
         model configured nothing is sent, and nothing is counted or recorded as a call."""
         if not self.llm.model:
             self.usage = None
-            return None, ("llm_error", "no memory LLM model configured: nothing was sent", None)
+            return None, (
+                "llm_error",
+                "no memory LLM model configured: nothing was sent; set model_name (or MEMORY_SQL_MODEL_NAME / OPENAI_MODEL)",
+                None,
+            )
         self.llm_called = True
         self.calls += 1
         self.usage = None

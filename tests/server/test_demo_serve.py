@@ -107,7 +107,7 @@ def test_a_separate_worker_learns_from_the_demo_service(tmp_path):
     demo = Demo(tmp_path, "--no-worker")
     try:
         config = json.loads(Path(demo.config).read_text(encoding="utf-8"))["memory"]
-        assert config["model_name"] == "memory-sql-demo-replay"
+        assert config["llm"]["model"] == "memory-sql-demo-replay"
         with WorkerProcess(tmp_path, config):
             post_and_watch(demo)
     finally:

@@ -155,11 +155,13 @@ def test_the_queue_gauges_are_read_once_per_interval_however_often_scraped(servi
 
 
 def test_refused_requests_are_logged_at_a_bounded_rate(service):
+    started = time.monotonic()
     with service.client("msk_0000000000000000_" + "A" * 43) as http:
         for n in range(300):
             assert http.get(f"/v1/users/u{n}/facts").status_code == 401
-    log = service.log
-    assert log.count('"status": 401') <= 25, log.count('"status": 401')
+    windows = int((time.monotonic() - started) // 10) + 1  # the filter's burst is 20 per 10 s
+    logged = service.log.count('"status": 401')
+    assert logged <= 20 * windows + 5, (logged, windows)
 
 
 def test_the_rate_limit_lets_each_kind_through_up_to_its_burst_and_counts_the_rest():
