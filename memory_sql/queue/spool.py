@@ -54,6 +54,7 @@ from ..intake.messages import Message
 from ..intake.signals import Signals
 from ..models import utcnow
 from ..scope import Scope
+from ..storage.dialects import database_file
 from .journal import Journal, Spooled, claim_slot, orphans
 from .pending import Enqueued, UpdateQueue
 
@@ -452,8 +453,9 @@ def spool_directory(configured: Path | None, url: URL) -> Path:
     URL (so the processes of one database share it)."""
     if configured is not None:
         return Path(configured)
-    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
-        return Path(f"{url.database}.spool")
+    database = database_file(url)
+    if database is not None:
+        return Path(f"{database}.spool")
     state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     name = url.render_as_string(hide_password=True)
     digest = hashlib.sha256(name.encode()).hexdigest()[:16]
