@@ -42,7 +42,12 @@ metadata = MetaData(
 
 
 class UTCDateTime(TypeDecorator[datetime]):
-    """A timezone-aware UTC timestamp on both databases (SQLite keeps no zone: stored as UTC)."""
+    """A timezone-aware UTC timestamp on both databases (SQLite keeps no zone: stored as UTC).
+
+    Told apart by what the driver hands over, not by the database's name: a database that
+    keeps a zone (PostgreSQL) returns an aware ``datetime``; SQLite returns the naive UTC text
+    its ``DATETIME`` wrote (the zone, already UTC, left out of the text by that type's own
+    bind processing), parsed here in one C-level call."""
 
     impl = DateTime(timezone=True)
     cache_ok = True
@@ -52,30 +57,30 @@ class UTCDateTime(TypeDecorator[datetime]):
             return None
         # A naive value is UTC, as it is read back: never the machine's local time.
         value = value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
-        value = value.astimezone(timezone.utc)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+        return value.astimezone(timezone.utc)
 
     def result_processor(self, dialect: Dialect, coltype: object) -> Any:
-        if dialect.name != "sqlite":
-            return super().result_processor(dialect, coltype)
-
-        # SQLite keeps naive UTC text: one C-level parse, the zone given as part of the text.
-        def parse(value: str | None) -> datetime | None:
-            if value is None:
-                return None
-            try:
-                return datetime.fromisoformat(value + "+00:00")
-            except ValueError:  # written with an offset of its own, by another writer
-                return datetime.fromisoformat(value).astimezone(timezone.utc)
-
-        return parse
+        return _utc_of
 
     def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None or value.tzinfo is timezone.utc:
-            return value
-        if value.tzinfo is None:
-            return value.replace(tzinfo=timezone.utc)
-        return value.astimezone(timezone.utc)
+        return _utc_of(value)
+
+
+def _utc_of(value: str | datetime | None) -> datetime | None:
+    """A stored timestamp as an aware UTC ``datetime``: SQLite's naive UTC text, or a driver's
+    ``datetime`` (naive: UTC)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value + "+00:00")
+        except ValueError:  # written with an offset of its own, by another writer
+            value = datetime.fromisoformat(value)
+    if value.tzinfo is timezone.utc:
+        return value
+    if value.tzinfo is None:
+        return value.replace(tzinfo=timezone.utc)
+    return value.astimezone(timezone.utc)
 
 
 def _scope_columns() -> list[Column[Any]]:

@@ -380,3 +380,23 @@ def test_db_scrub_cleans_a_database_seeded_before_the_change(db_url, llm):
     with open_storage(db_url) as storage:
         facts = storage.load(user_id=user).facts
     assert any("[redacted: jwt]" in f.content for f in facts)
+
+
+def test_db_scrub_closes_a_live_fact_that_redaction_makes_a_duplicate(db_url):
+    """Two live facts that differ only by their secret are one fact once redacted: the scrub
+    closes the second (the live-content unique index refuses it) instead of failing."""
+    user = f"u-dup-{uuid.uuid4().hex[:8]}"
+    other = SECRETS["openai-key"][:-4] + "WXYZ"
+    with open_storage(db_url) as storage:
+        storage.write_guard = _Unguarded()
+        doc = storage.load(user_id=user)
+        doc.facts = [
+            Fact(content=f"Deploys with {SECRETS['openai-key']}"),
+            Fact(content=f"Deploys with {other}"),
+        ]
+        storage.save(doc, user_id=user)
+    out = scrub(db_url)
+    assert "1 live fact closed: a duplicate once redacted" in " ".join(out.split())
+    with open_storage(db_url) as storage:
+        live = storage.load(user_id=user).facts
+    assert [f.content for f in live] == ["Deploys with [redacted: openai-key]"]

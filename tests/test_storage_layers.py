@@ -17,7 +17,7 @@ from memory_sql import Fact, open_storage
 from memory_sql.driver_errors import database_errors, is_integrity_error, violated_constraint
 from memory_sql.errors import CapabilityMissingError, StorageError
 from memory_sql.models import fact_digest
-from memory_sql.schema import memory_facts, memory_scopes
+from memory_sql.schema import UTCDateTime, memory_facts, memory_scopes
 from memory_sql.storage.capabilities import SQL_CAPABILITIES, Capability, has, require
 from memory_sql.storage.dialects import dialect_of
 
@@ -162,12 +162,27 @@ def test_dialects_know_both_databases(sqlite_url):
 
 
 def test_no_module_outside_the_dialects_tells_the_databases_apart_by_name():
-    allowed = {"storage/dialects.py", "migrations.py", "schema.py"}
+    allowed = {"storage/dialects.py", "migrations.py"}
     offenders = [
         str(path.relative_to(PACKAGE))
         for path in PACKAGE.rglob("*.py")
         if str(path.relative_to(PACKAGE)) not in allowed
         and re.search(r"dialect\.name\b", path.read_text(encoding="utf-8"))
+    ]
+    assert offenders == []
+
+
+def test_no_module_outside_the_dialects_tells_urls_apart_by_backend_name():
+    """A URL's backend is read by the dialect module (``dialect_of(url)``, ``database_file``),
+    the engine factory (``database.py``: the drivers it accepts, each one's connection setup)
+    and the error translator (a file named by its path in messages: ground, below storage)."""
+    allowed = {"storage/dialects.py", "migrations.py", "database.py", "driver_errors.py"}
+    pattern = re.compile(r"get_backend_name\(\)|\.drivername\b")
+    offenders = [
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        if str(path.relative_to(PACKAGE)) not in allowed
+        and pattern.search(path.read_text(encoding="utf-8"))
     ]
     assert offenders == []
 
@@ -185,3 +200,19 @@ def test_no_raw_driver_error_is_caught_outside_the_translator():
         and pattern.search(path.read_text(encoding="utf-8"))
     ]
     assert offenders == []
+
+
+def test_utc_timestamps_read_back_aware_in_utc_on_both_databases(sql_store):
+    """``UTCDateTime`` tells the databases apart by what the driver returns (SQLite: naive UTC
+    text; PostgreSQL: an aware datetime), not by name: both read back the same UTC moment."""
+    zoned = dt.datetime(2024, 5, 1, 14, 0, 0, 123456, tzinfo=dt.timezone(dt.timedelta(hours=2)))
+    naive = dt.datetime(2024, 5, 1, 12, 0, 0, 123456)  # naive: UTC, never the local time
+    expected = dt.datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=dt.timezone.utc)
+    with sql_store.engine.connect() as conn:
+        for value in (zoned, naive, expected):
+            back = conn.execute(sa.select(sa.literal(value, UTCDateTime()))).scalar_one()
+            assert back == expected and back.tzinfo is dt.timezone.utc
+        stored = conn.execute(
+            sa.select(sa.cast(sa.literal(zoned, UTCDateTime()), sa.String))
+        ).scalar_one()
+    assert stored.startswith("2024-05-01 12:00:00.123456")  # the UTC moment, as text

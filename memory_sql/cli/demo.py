@@ -12,7 +12,6 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Annotated
 
-import sqlalchemy as sa
 import typer
 from pydantic import SecretStr
 from rich.table import Table
@@ -28,6 +27,8 @@ from ..errors import MemorySQLError
 from ..models import MemoryDocument
 from ..scope import Scope, ScopeArguments
 from ..service import MemoryService
+from ..storage.dialects import database_file
+from ..storage.users import users_in_database
 from ..update.prompt import SECTION_KEYS
 from ..update.rejections import describe
 from ._common import ConfigOption, app, command, err, lit, load_config, out
@@ -263,8 +264,8 @@ def _serve(path: Path, settings: MemoryConfig, *, host: str, port: int, with_wor
 def _fresh_sqlite_file(url: str) -> Path:
     """Delete the demo's SQLite file (and its -wal, -shm), refusing one holding other data."""
     parsed = resolve_url(url)
-    database = parsed.database
-    if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:":
+    database = database_file(parsed)
+    if database is None:
         raise ValueError(
             f"the demo recreates a SQLite file: give --url sqlite:///path.db, not "
             f"{redacted(parsed)}"
@@ -281,17 +282,12 @@ def _check_is_demo(url: str, path: Path) -> None:
     demo_users = {c.user_id for c in load_conversations()}
     engine = create_engine(url)
     try:
-        with engine.connect() as conn:
-            tables = set(sa.inspect(conn).get_table_names())
-            if "memory_scopes" not in tables:
-                raise MemorySQLError(
-                    f"{path} exists and is not a memory_sql demo database; not deleting it "
-                    "(choose another --url)"
-                )
-            users = {row[0] for row in conn.execute(sa.text("SELECT user_id FROM memory_scopes"))}
-            if "memory_pending_updates" in tables:
-                rows = conn.execute(sa.text("SELECT user_id FROM memory_pending_updates"))
-                users |= {row[0] for row in rows}
+        users = users_in_database(engine)
+        if users is None:
+            raise MemorySQLError(
+                f"{path} exists and is not a memory_sql demo database; not deleting it "
+                "(choose another --url)"
+            )
     except DATABASE_ERRORS as exc:
         raise MemorySQLError(
             f"{path} exists and cannot be read as SQLite ({getattr(exc, 'orig', exc)}); "

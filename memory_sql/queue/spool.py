@@ -54,10 +54,12 @@ from ..intake.messages import Message
 from ..intake.signals import Signals
 from ..models import utcnow
 from ..scope import Scope
+from ..storage.dialects import database_file
 from .journal import Journal, Spooled, claim_slot, orphans
 from .pending import Enqueued, UpdateQueue
 
 logger = logging.getLogger(__name__)
+_refusals = logging.getLogger("memory_sql.spool.refused")
 
 _Key = tuple[str, str, str | None, str, bool]
 
@@ -171,6 +173,19 @@ class Spool:
         if not self._outage.down:  # a key behind its own spooled ones: write them now
             self._wake.set()
         return True
+
+    def log_refusal(self, thread_id: str, user_id: str | None, exc: SpoolFullError) -> None:
+        """Log a refused conversation (``add`` raised ``exc``) on the ``memory_sql.spool.
+        refused`` logger: the 1st, 2nd, 4th, 8th… since start, not one line each."""
+        refused = self.refused
+        if refused & (refused - 1) == 0:
+            _refusals.warning(
+                "memory_sql: thread %r of user %r not kept (%d refused since start): %s",
+                thread_id,
+                user_id,
+                refused,
+                exc,
+            )
 
     def write(self) -> int:
         """Write what is spooled to the queue, oldest first in batches, until it is empty or
@@ -438,8 +453,9 @@ def spool_directory(configured: Path | None, url: URL) -> Path:
     URL (so the processes of one database share it)."""
     if configured is not None:
         return Path(configured)
-    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
-        return Path(f"{url.database}.spool")
+    database = database_file(url)
+    if database is not None:
+        return Path(f"{database}.spool")
     state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     name = url.render_as_string(hide_password=True)
     digest = hashlib.sha256(name.encode()).hexdigest()[:16]

@@ -26,25 +26,24 @@ import hmac
 import re
 import secrets
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from ..database import database_errors, reconnecting
+from ..database import reconnecting
 from ..errors import MemorySQLError, StorageError
 from ..models import utcnow
-from ..schema import API_KEY_ROLES, UTCDateTime, memory_api_keys
+from ..schema import API_KEY_ROLES
 from ..scope import Scope
-from ..tenancy import outside_row_security
+from ..storage import api_keys
+from ..storage.api_keys import NEVER as _NEVER
 
 OPERATOR_TENANT = "_operator"
 """The tenant of operator keys: an admin key of it may act for any tenant, explicitly."""
 
 PREFIX = "msk_"
 _TOKEN = re.compile(r"msk_([0-9a-f]{16})_([A-Za-z0-9_-]{43})")
-_DUMMY_HASH = hashlib.sha256(b"no such key").hexdigest()
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 """``last_used_at`` is written at most this often per key and process (not on every request)."""
 OUTAGE_GRACE = timedelta(minutes=15)
@@ -112,31 +111,22 @@ def create_key(
     key_id = secrets.token_hex(8)
     secret = secrets.token_urlsafe(32)
     key = ApiKey(key_id, tenant, role, description, utcnow(), None, None)
-    with database_errors(engine, "create an API key"), engine.begin() as conn:
-        conn.execute(
-            memory_api_keys.insert().values(
-                key_id=key_id,
-                tenant_id=tenant,
-                role=role,
-                secret_sha256=_hash(secret),
-                description=description,
-                created_at=key.created_at,
-            )
-        )
+    api_keys.insert(
+        engine,
+        key_id=key_id,
+        tenant_id=tenant,
+        role=role,
+        secret_sha256=_hash(secret),
+        description=description,
+        created_at=key.created_at,
+    )
     return key, f"{PREFIX}{key_id}_{secret}"
 
 
 def list_keys(engine: Engine, *, tenant_id: str | None = None) -> list[ApiKey]:
     """Every key (of ``tenant_id``), oldest first, revoked ones too."""
-    statement = sa.select(*_COLUMNS).order_by(
-        memory_api_keys.c.created_at, memory_api_keys.c.key_id
-    )
-    if tenant_id is not None:
-        statement = statement.where(
-            memory_api_keys.c.tenant_id == Scope.of(tenant_id=tenant_id).tenant_id
-        )
-    with database_errors(engine, "list API keys"), engine.connect() as conn:
-        return [ApiKey(*row) for row in conn.execute(statement)]
+    tenant = None if tenant_id is None else Scope.of(tenant_id=tenant_id).tenant_id
+    return [ApiKey(*row) for row in api_keys.rows(engine, tenant_id=tenant)]
 
 
 def revoke_key(engine: Engine, key_id: str) -> ApiKey:
@@ -146,15 +136,7 @@ def revoke_key(engine: Engine, key_id: str) -> ApiKey:
     if key_id.startswith(PREFIX):  # the whole secret text was given: take its id
         match = _TOKEN.fullmatch(key_id)
         key_id = match.group(1) if match else key_id
-    with database_errors(engine, "revoke an API key"), engine.begin() as conn:
-        conn.execute(
-            memory_api_keys.update()
-            .where(memory_api_keys.c.key_id == key_id, memory_api_keys.c.revoked_at.is_(None))
-            .values(revoked_at=utcnow())
-        )
-        row = conn.execute(
-            sa.select(*_COLUMNS).where(memory_api_keys.c.key_id == key_id)
-        ).one_or_none()
+    row = api_keys.revoke(engine, key_id, utcnow())
     if row is None:
         raise KeyNotFoundError(key_id)
     return ApiKey(*row)
@@ -217,14 +199,7 @@ class KeyChecker:
 
     @reconnecting
     def _lookup(self, key_id: str) -> Any:
-        # The keys are not under row-level security: any pooled connection will do, left set
-        # to whichever tenant it last served (no round trip to change it).
-        with (
-            database_errors(self.engine, "check an API key"),
-            outside_row_security(),
-            self.engine.connect() as conn,
-        ):
-            return conn.execute(_CHECK, {"key_id": key_id}).one()
+        return api_keys.lookup(self.engine, key_id)
 
     def _sync_grace(self) -> None:
         """Drop from the grace list the keys revoked or deleted since they were found live
@@ -236,19 +211,7 @@ class KeyChecker:
         self._synced = now
         ids = list(self._seen_live)
         try:
-            with (
-                database_errors(self.engine, "check API keys"),
-                outside_row_security(),
-                self.engine.connect() as conn,
-            ):
-                live = set(
-                    conn.execute(
-                        sa.select(memory_api_keys.c.key_id, memory_api_keys.c.secret_sha256).where(
-                            memory_api_keys.c.key_id.in_(ids),
-                            memory_api_keys.c.revoked_at.is_(None),
-                        )
-                    ).all()
-                )
+            live = api_keys.live(self.engine, ids)
         except StorageError:
             return  # not a successful check: the list stays as it is
         for key_id in ids:
@@ -270,51 +233,7 @@ class KeyChecker:
         if last is not None and now - last < LAST_USED_RESOLUTION:
             return
         self._last_written[key.key_id] = now
-        with (
-            database_errors(self.engine, "record an API key's use"),
-            outside_row_security(),
-            self.engine.begin() as conn,
-        ):
-            conn.execute(
-                memory_api_keys.update()
-                .where(memory_api_keys.c.key_id == key.key_id)
-                .values(last_used_at=now)
-            )
-
-
-_COLUMNS = (
-    memory_api_keys.c.key_id,
-    memory_api_keys.c.tenant_id,
-    memory_api_keys.c.role,
-    memory_api_keys.c.description,
-    memory_api_keys.c.created_at,
-    memory_api_keys.c.last_used_at,
-    memory_api_keys.c.revoked_at,
-)
-_NEVER = datetime(1970, 1, 1, tzinfo=timezone.utc)
-"""What the check's lookup reads for a time that is not set (so that every row is parsed alike)."""
-
-
-def _check_statement() -> sa.Select[Any]:
-    """One row whether or not the key id exists, of the same shape and work: the key's
-    columns, or placeholders (the dummy hash, ``_NEVER``) when it does not exist."""
-    k = memory_api_keys
-    wanted = sa.select(sa.bindparam("key_id", type_=sa.String).label("key_id")).subquery()
-    never = sa.literal(_NEVER, UTCDateTime())
-    return sa.select(
-        k.c.key_id.is_not(None).label("found"),
-        sa.func.coalesce(k.c.key_id, wanted.c.key_id).label("key_id"),
-        sa.func.coalesce(k.c.tenant_id, "").label("tenant_id"),
-        sa.func.coalesce(k.c.role, "read").label("role"),
-        k.c.description,
-        sa.func.coalesce(k.c.created_at, never).label("created_at"),
-        sa.func.coalesce(k.c.last_used_at, never).label("last_used_at"),
-        sa.func.coalesce(k.c.revoked_at, never).label("revoked_at"),
-        sa.func.coalesce(k.c.secret_sha256, _DUMMY_HASH).label("secret_sha256"),
-    ).select_from(wanted.outerjoin(k, k.c.key_id == wanted.c.key_id))
-
-
-_CHECK = _check_statement()
+        api_keys.touch(self.engine, key.key_id, now)
 
 
 def _hash(secret: str) -> str:

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from ..database import database_errors
-from ..schema import LIVE, memory_facts, memory_scopes
+from ..schema import LIVE, memory_facts, memory_pending_updates, memory_scopes
 from ..scope import Scope
 
 
@@ -140,3 +140,20 @@ def memory_keys(engine: Engine, *, tenant_id: str | None = None) -> list[tuple[s
         statement = statement.where(s.tenant_id == tenant_id)
     with database_errors(engine, "export"), engine.connect() as conn:
         return [tuple(row) for row in conn.execute(statement).all()]
+
+
+def users_in_database(engine: Engine) -> set[str] | None:
+    """Every user id the database holds a memory or a queued update of (any tenant), or None
+    when it has no memory_sql tables (not a memory_sql database).
+
+    Raises:
+        SQLAlchemyError: the database cannot be read (the caller says what it is).
+    """
+    with engine.connect() as conn:
+        tables = set(sa.inspect(conn).get_table_names())
+        if memory_scopes.name not in tables:
+            return None
+        users = set(conn.execute(sa.select(memory_scopes.c.user_id)).scalars())
+        if memory_pending_updates.name in tables:
+            users |= set(conn.execute(sa.select(memory_pending_updates.c.user_id)).scalars())
+    return users

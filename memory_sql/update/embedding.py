@@ -13,6 +13,9 @@ facts written by other processes). A failed pass waits ``embedding_retry_seconds
 each failure in a row up to 64 times, and is counted
 (:class:`~memory_sql.embeddings.EmbeddingStats`);
 nothing is lost meanwhile: a fact without a vector is ranked by its text alone.
+
+:class:`SemanticParts` is what a service runs semantic recall on: the embedder, the stored
+vectors and the thread, built from the configuration (or none of them).
 """
 
 from __future__ import annotations
@@ -23,10 +26,14 @@ import time
 from collections.abc import Callable
 from itertools import groupby
 
+from ..config import MemoryConfig
 from ..embeddings import Embedder, EmbeddingError
 from ..errors import MemorySQLError
 from ..scope import Scope
+from ..storage.base import MemoryStorage
+from ..storage.capabilities import sql_engine
 from ..storage.vectors import FactVectors, Unembedded, content_digest
+from .dedupe import SemanticDedupe
 
 logger = logging.getLogger(__name__)
 
@@ -210,3 +217,64 @@ class EmbeddingWorker:
             deadline = time.monotonic() + wait
             while not self._stopping and (remaining := deadline - time.monotonic()) > 0:
                 self._condition.wait(remaining)
+
+
+class SemanticParts:
+    """Semantic recall's parts for a service (docs/semantic-recall.md): the ``embedder``, the
+    facts' stored ``vectors`` and the ``worker`` embedding each saved update's facts. All None
+    when ``config`` names no embedding endpoint, ``vectors`` and ``worker`` None too when the
+    storage keeps no vectors (a folder of files)."""
+
+    def __init__(self, config: MemoryConfig, storage: MemoryStorage) -> None:
+        self.embedder = Embedder.from_config(config)
+        engine = sql_engine(storage)
+        self.vectors = (
+            FactVectors(engine, self.embedder.key)
+            if self.embedder is not None and engine is not None
+            else None
+        )
+        self.worker = (
+            EmbeddingWorker(
+                EmbeddingPass(self.embedder, self.vectors),
+                interval_seconds=config.embedding.interval_seconds,
+                retry_seconds=config.embedding.retry_seconds,
+            )
+            if self.embedder is not None and self.vectors is not None
+            else None
+        )
+        self.dedupe = (
+            SemanticDedupe(self.embedder, self.vectors, config.update.dedupe_cosine)
+            if self.embedder is not None and self.vectors is not None
+            else None
+        )
+
+    def start(self) -> None:
+        if self.worker is not None:
+            self.worker.start()
+
+    def saved(self, scope: Scope) -> None:
+        """An update saved ``scope``'s memory: embed its new facts soon. Never raises."""
+        if self.worker is not None:
+            self.worker.request(scope)
+
+    def wait_idle(self, runs_in_flight: Callable[[], int], timeout: float) -> bool:
+        """Wait for the runs still finishing (they ask for their vectors just after their
+        save's transaction), then for the vectors they asked for; False after ``timeout``."""
+        if self.worker is None:
+            return True
+        started = time.monotonic()
+        while runs_in_flight() and time.monotonic() - started < timeout:
+            time.sleep(0.01)
+        return self.worker.wait_idle(max(timeout - (time.monotonic() - started), 0.0))
+
+    def stats(self) -> dict[str, int]:
+        """The embedder's counters (:class:`~memory_sql.embeddings.EmbeddingStats`), or none."""
+        return self.embedder.stats.snapshot() if self.embedder is not None else {}
+
+    def stop(self, timeout: float) -> None:
+        if self.worker is not None:
+            self.worker.stop(timeout)
+
+    def close(self) -> None:
+        if self.embedder is not None:
+            self.embedder.close()

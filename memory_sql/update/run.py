@@ -29,10 +29,13 @@ from ..config import MemoryConfig
 from ..errors import LeaseLostError, MemorySQLError
 from ..intake.messages import Message
 from ..queue import PendingUpdate, RunOutcome, UpdateQueue
+from ..storage.base import MemoryStorage
+from ..storage.capabilities import Capability, has, sql_engine
 from ..tenancy import acting_for
-from ..tokens import TokenCounter
+from ..tokens import TokenCounter, make_token_counter
 from . import watermark
 from .budget import LLMBudget
+from .llm import LLMClient
 from .parser import MemoryUpdate
 from .prompt import split_conversation
 from .updater import MemoryUpdater, UpdateResult
@@ -81,6 +84,42 @@ class UpdateRun:
         self._lock = threading.Lock()
         self._usage = dict.fromkeys(USAGE_COUNTERS, 0)
         self._rejected: Counter[str] = Counter()
+
+    @classmethod
+    def for_storage(
+        cls,
+        config: MemoryConfig,
+        storage: MemoryStorage,
+        queue: UpdateQueue,
+        *,
+        llm: LLMClient | None = None,
+        on_result: Callable[[UpdateResult], None] | None = None,
+    ) -> UpdateRun:
+        """The update stage over ``storage`` and ``queue`` as ``config`` sets it up: the
+        updater (with ``llm``, else the configured one), the tenants' daily LLM budget (its
+        usage rows in the storage's database; only this process's calls for a storage
+        without ``llm_budgets``) and the token counter."""
+        engine = sql_engine(storage)
+        return cls(
+            queue=queue,
+            updater=MemoryUpdater(config, storage, llm),
+            budget=LLMBudget(
+                engine if has(storage, Capability.LLM_BUDGETS) else None,
+                daily_calls=config.llm.daily_calls_per_tenant,
+                daily_tokens=config.llm.daily_tokens_per_tenant,
+            ),
+            counter=make_token_counter(config.tokens.counting, config.tokens.encoding_file),
+            # The save of an update completes its queue row in the same transaction.
+            completes_in_save=has(storage, Capability.TRANSACTIONAL_SAVE)
+            and engine is not None
+            and engine is queue.engine,
+            on_result=on_result,
+        )
+
+    @property
+    def waiting_for_model(self) -> str | None:
+        """Why updates wait (no memory LLM model configured), or None when they can run."""
+        return None if self.updater.llm.model else WAITING_FOR_MODEL
 
     @property
     def usage(self) -> dict[str, int]:

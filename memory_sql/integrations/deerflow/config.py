@@ -49,6 +49,7 @@ from ...config import ALIASES, SECTIONS, MemoryConfig, flat_keys
 from ...database import redacted, resolve_url
 from ...errors import ConfigError
 from ...scope import Scope
+from ...storage.dialects import database_file
 
 PREFIX = "memory.backend_config"
 DATABASE_FILE = "memory_sql.db"
@@ -225,7 +226,5 @@ def _url(given: Mapping[str, Any]) -> str:
 
 def sqlite_folder(url: str) -> Path | None:
     """The folder of a SQLite file URL (to create before the database), else None."""
-    parsed = resolve_url(url)
-    if not parsed.drivername.startswith("sqlite") or parsed.database in (None, "", ":memory:"):
-        return None
-    return Path(parsed.database).parent
+    database = database_file(resolve_url(url))
+    return None if database is None else Path(database).parent
