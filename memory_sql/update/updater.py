@@ -695,7 +695,8 @@ class _Run:
             self.usage = None
             return None, (
                 "llm_error",
-                "no memory LLM model configured: nothing was sent; set model_name (or MEMORY_SQL_MODEL_NAME / OPENAI_MODEL)",
+                "no memory LLM model configured: nothing was sent; "
+                "set model_name (or MEMORY_SQL_MODEL_NAME / OPENAI_MODEL)",
                 None,
             )
         self.llm_called = True
