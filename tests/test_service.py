@@ -267,6 +267,10 @@ def test_the_llm_down_leaves_the_conversation_queued_with_its_error(db_url, scop
         engine.dispose()
         assert "127.0.0.1:9" in error or "connect" in error.lower()
         assert service.memory_context(**scope) == ""
+        # One failed attempt, one warning (the worker's, with the attempt), not one per layer.
+        told = [r for r in caplog.records if r.levelno >= logging.WARNING and "failed" in r.message]
+        assert len(told) == 1, [r.message for r in told]
+        assert "attempt 1" in told[0].message
     finally:
         service.close(timeout=5)
 

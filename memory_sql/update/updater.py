@@ -931,7 +931,9 @@ class _Run:
         error = " ".join(error.split())
         self.record(outcome, error[:2000])
         rejected = self.rejected()
-        logger.warning(
+        # DEBUG: the failure is returned; its caller (the queue's worker) logs it once, with
+        # the attempt and what happens next.
+        logger.debug(
             "memory update of %s from thread %s failed: %s", self.scope, self.thread_id, error
         )
         self.log_rejections(rejected)
