@@ -74,6 +74,8 @@ class UpdateRun:
     ) -> None:
         self.queue = queue
         self.updater = updater
+        # The queue's worker logs each failed attempt (with the attempt and what comes next).
+        updater.failure_log_level = logging.DEBUG
         self.budget = budget
         self.counter = counter
         self.completes_in_save = completes_in_save

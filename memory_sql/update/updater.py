@@ -461,6 +461,9 @@ class MemoryUpdater:
         self.dedupe: SemanticDedupe | None = None
         """Set (by the service) when facts have vectors: new facts restating one are
         confirmations (:mod:`memory_sql.update.dedupe`)."""
+        self.failure_log_level = logging.WARNING
+        """The level a failed update is logged at: the service lowers it to DEBUG, since its
+        queue's worker logs each failed attempt itself (with the attempt and what comes next)."""
 
     def close(self) -> None:
         """Close the LLM client if this updater made it (the storage is the caller's)."""
@@ -596,6 +599,7 @@ class _Run:
         self.where = scope.arguments()
         self.in_transaction = in_transaction
         self.attempt = attempt
+        self.failure_log_level = updater.failure_log_level
         self.tokens = (0, 0)
         self.llm_called = False
         self.calls = 0
@@ -931,10 +935,12 @@ class _Run:
         error = " ".join(error.split())
         self.record(outcome, error[:2000])
         rejected = self.rejected()
-        # DEBUG: the failure is returned; its caller (the queue's worker) logs it once, with
-        # the attempt and what happens next.
-        logger.debug(
-            "memory update of %s from thread %s failed: %s", self.scope, self.thread_id, error
+        logger.log(
+            self.failure_log_level,
+            "memory update of %s from thread %s failed: %s",
+            self.scope,
+            self.thread_id,
+            error,
         )
         self.log_rejections(rejected)
         return UpdateResult(
