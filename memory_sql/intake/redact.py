@@ -222,20 +222,29 @@ _FOUR_DIGITS = re.compile(r"[0-9]{4}")
 
 def _might_hold_secret(text: str) -> bool:
     """Whether ``text`` holds an anchor a built-in pattern needs (see above): text without any
-    has no secret, and costs a few substring scans instead of the full regex."""
+    has no secret, and costs a few substring scans instead of the full regex. (Plain loops:
+    ``any()`` over a generator costs a third more here, on every kept turn.)"""
     low = text.lower()
     if not low.isascii() and any(map(low.__contains__, _FOLDED_BY_PATTERNS)):
         low = low.translate(_FOLD)
-    if any(map(low.__contains__, _ANCHOR_WORDS)):
-        return True
-    for mark, anchors in _MARKED_ANCHORS:
-        if mark in low and any(map(low.__contains__, anchors)):
+    for word in _ANCHOR_WORDS:
+        if word in low:
             return True
+    for mark, anchors in _MARKED_ANCHORS:
+        if mark in low:
+            for anchor in anchors:
+                if anchor in low:
+                    return True
     if "pin" in low and _PIN.search(low) is not None:
         return True
-    if "A" in text and any(map(text.__contains__, _AWS_PREFIXES)):
-        return True
-    return any(map(text.__contains__, _DIGITS)) and _FOUR_DIGITS.search(text) is not None
+    if "A" in text:
+        for prefix in _AWS_PREFIXES:
+            if prefix in text:
+                return True
+    for digit in _DIGITS:
+        if digit in text:
+            return _FOUR_DIGITS.search(text) is not None
+    return False
 
 
 _PASSWORD_WORD = re.compile(r"(?i)pass|pwd|pin")
