@@ -152,12 +152,17 @@ class Embeddings:
         if self.server is not None:
             self.server.close()
 
-    def settings(self) -> dict[str, Any]:
-        return {
-            "embedding_base_url": self.server.base_url,
-            "embedding_model": EMBEDDING_MODEL,
-            "embedding_query_timeout_seconds": 30.0,  # the bench counts every query hybrid
-        }
+    def config(self, config: MemoryConfig) -> MemoryConfig:
+        """``config`` with the local embedding endpoint (its ``embedding`` section: a flat
+        ``embedding_*`` key given to ``model_copy`` would be ignored)."""
+        embedding = config.embedding.model_copy(
+            update={
+                "base_url": self.server.base_url,
+                "model": EMBEDDING_MODEL,
+                "query_timeout_seconds": 30.0,  # the bench counts every query hybrid
+            }
+        )
+        return config.model_copy(update={"embedding": embedding})
 
     def worker_pass(self, name: str, url: str) -> None:
         """Embed every fact of ``url`` as the service's worker does (EmbeddingPass), timed:
@@ -446,9 +451,7 @@ def recall_run(
         hybrid = {}
         if HYBRID not in missing:
             for arm, fusion in ((HYBRID, "rrf"), (HYBRID_SUM, "weighted")):
-                hybrid[arm] = MemoryService(
-                    config.model_copy(update=EMBEDDINGS.settings()), start=False
-                )
+                hybrid[arm] = MemoryService(EMBEDDINGS.config(config), start=False)
                 hybrid[arm].recall.fusion = fusion
         try:
             doc = service.storage.load(user_id=USER)
@@ -673,9 +676,7 @@ def latency(
             EMBEDDINGS.fill(url, user)
             if url.startswith("postgresql"):
                 analyze(url)
-            hybrid = MemoryService(
-                service.config.model_copy(update=EMBEDDINGS.settings()), start=False
-            )
+            hybrid = MemoryService(EMBEDDINGS.config(service.config), start=False)
             for text in texts:  # the query's embedding call is timed apart
                 hybrid.embedder.embed_query(text)
             h_turn = iter(texts * 1000)

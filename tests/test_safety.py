@@ -120,6 +120,40 @@ def test_benign_look_alikes_stay(text):
     assert DEFAULT.redact(f"see {text} in the notes").counts == {}
 
 
+FULL_SCAN = Redactor(extra_patterns={"never": r"(?!)"})
+"""The built-in patterns run on every text: an extra pattern switches the quick check off."""
+
+
+def spellings(text: str) -> list[str]:
+    """``text`` as users and the patterns' case folding may write it."""
+    return [
+        text,
+        text.upper(),
+        text.lower(),
+        text.replace("s", "\u017f"),  # long s, which the patterns' (?i) reads as s
+        text.replace("i", "\u0131"),  # dotless i
+        text.replace(" ", "\t"),
+    ]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_quick_check_skips_no_text_the_full_scan_redacts(kind):
+    for text in spellings(pasted(kind)):
+        assert DEFAULT.redact(text).counts == FULL_SCAN.redact(text).counts, text
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        ("my PIN\tis Abcd9", "password"),
+        ("pa\u017fsword: Hunter2x!", "password"),
+        (f"the aw\u017f \u017fecret i\u017f {SECRETS['aws-secret']}", "aws-secret"),
+    ],
+)
+def test_key_words_tab_separated_or_case_folded_are_found(text, kind):
+    assert DEFAULT.redact(text).counts == {kind: 1}
+
+
 def test_the_sentence_keeps_its_meaning():
     text = DEFAULT(f"Deploys with the AWS key {SECRETS['aws-key-id']} from the CI vault")
     assert text == "Deploys with the AWS key [redacted: aws-key-id] from the CI vault"
