@@ -39,6 +39,10 @@ def search_facts(
     context's ranking is: the facts holding the terms and those whose cosine with the text is
     at least :data:`SEARCH_MIN_COSINE`, fused by reciprocal rank; without vectors, or when the
     text's embedding fails or is late, the lexical search alone."""
+    one_memory = None not in (tenant_id, user_id, agent_name) and not include_closed
+    hybrid = recall is not None and recall.vectors is not None and one_memory
+    hybrid = hybrid and bool(text and text.strip())
+    # A hybrid search fuses every text match of the memory (at most max_facts): one query.
     lexical = search_by_text(
         engine,
         text,
@@ -47,31 +51,16 @@ def search_facts(
         tenant_id=tenant_id,
         user_id=user_id,
         agent_name=agent_name,
-        limit=limit,
+        limit=None if hybrid else limit,
         include_closed=include_closed,
     )
-    one_memory = None not in (tenant_id, user_id, agent_name) and not include_closed
-    if recall is None or recall.vectors is None or not one_memory or not (text and text.strip()):
+    if not hybrid or recall is None or text is None:
         return _shown(lexical)
     scope = Scope.of(user_id=user_id, agent_name=agent_name or None, tenant_id=tenant_id)
     found = _search_by_meaning(recall, scope, text, category, min_confidence, limit)
     if found is None:
-        return _shown(lexical)
-    every = (
-        lexical
-        if limit is None or len(lexical) < limit
-        else search_by_text(
-            engine,
-            text,
-            category=category,
-            min_confidence=min_confidence,
-            tenant_id=tenant_id,
-            user_id=user_id,
-            agent_name=agent_name,
-            limit=None,
-        )
-    )
-    return _shown(_fused(every, found, scope, recall, limit))
+        return _shown(lexical if limit is None else lexical[:limit])
+    return _shown(_fused(lexical, found, scope, recall, limit))
 
 
 def _shown(records: list[FactRecord]) -> list[FactRecord]:
