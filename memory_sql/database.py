@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import URL, Engine, make_url
 
-from . import tenancy
+from . import pooling, tenancy
 from .driver_errors import DATABASE_ERRORS, is_locked
 from .driver_errors import SQLITE_BUSY_TIMEOUT_SECONDS as SQLITE_BUSY_TIMEOUT_SECONDS
 from .driver_errors import database_errors as database_errors
@@ -77,8 +77,12 @@ def create_engine(
     PostgreSQL connections carry the tenant that row-level security lets them see
     (:mod:`memory_sql.tenancy`): the one acted for, else ``tenant_default`` (every tenant, for
     the library and the CLI; :data:`~memory_sql.tenancy.NO_TENANT` for the HTTP service).
+
+    A URL ending in ``?pool_mode=transaction`` reaches PostgreSQL through a pooler in
+    transaction mode (PgBouncer): the tenant, the timeouts and the time zone are then set per
+    statement, and nothing is prepared (:mod:`memory_sql.pooling`).
     """
-    parsed = resolve_url(url)
+    parsed, pooled = pooling.split(resolve_url(url))
     if parsed.get_backend_name() == "sqlite":
         kwargs.setdefault("connect_args", {}).setdefault("timeout", SQLITE_BUSY_TIMEOUT_SECONDS)
         engine = sa.create_engine(parsed, **kwargs)
@@ -96,7 +100,11 @@ def create_engine(
             f" -c lock_timeout={int(statement_timeout * 1000 / 3)}"
         )
     connect_args["options"] = f"{connect_args.get('options', '')} {options}".strip()
+    if pooled:  # behind PgBouncer in transaction mode: no session state (memory_sql.pooling)
+        pooling.prepare(kwargs)
     engine = sa.create_engine(parsed, **kwargs)
+    if pooled:
+        pooling.install(engine, statement_timeout=statement_timeout)
     tenancy.guard_engine(engine, default=tenant_default)
     return engine
 

@@ -24,7 +24,9 @@ tenant. The queue is shared by all tenants: its calls act for :data:`ALL_TENANTS
 This is a guard against a forgotten filter, not against a caller who can run SQL of its own:
 any role that can connect can set the setting. The setting lives for the database session, so
 connections must be the database's own sessions (direct, or a pooler in session mode): a pooler
-in transaction mode would run one tenant's queries in a session set for another. SQLite has no
+in transaction mode would run one tenant's queries in a session set for another, so there
+(a storage URL marked ``?pool_mode=transaction``, :mod:`memory_sql.pooling`) the setting is
+written in front of every statement, for its transaction only. SQLite has no
 row-level security; there the setting does not exist and the tenant filters in every query are
 the only isolation.
 """
@@ -111,6 +113,12 @@ class _TenantGuard:
         if tenant is None:
             tenant = self.default
         if tenant == _AS_IT_IS or info.get(SETTING) == tenant:
+            return
+        if hasattr(dbapi_connection, "memory_sql_tenant"):
+            # Behind a pooler in transaction mode (memory_sql.pooling): no session to set;
+            # every statement of this connection sets it for its own transaction.
+            dbapi_connection.memory_sql_tenant = tenant
+            info[SETTING] = tenant
             return
         # A session-level value, written outside any transaction so that no rollback undoes it;
         # the record's info lives as long as this DBAPI connection.
