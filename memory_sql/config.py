@@ -283,6 +283,16 @@ class QueueSettings(_Settings):
         le=1024**3,
         description="Bytes one queue row holds at most; past it the oldest messages are cut.",
     )
+    listen_url: str | None = Field(
+        None,
+        description="A direct PostgreSQL URL for the worker's LISTEN (its wake-ups), when "
+        "storage goes through PgBouncer in transaction mode (?pool_mode=transaction); without "
+        "it the worker finds due work by its sweep.",
+    )
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        for name, value in super().__repr_args__():
+            yield name, redacted(value) if name == "listen_url" and value is not None else value
 
     @model_validator(mode="after")
     def _debounce_order(self) -> QueueSettings:
@@ -714,6 +724,7 @@ FLAT_KEYS: dict[str, tuple[str, str]] = {
     "sweep_interval_seconds": ("queue", "sweep_interval_seconds"),
     "queue_max_row_messages": ("queue", "max_row_messages"),
     "queue_max_row_bytes": ("queue", "max_row_bytes"),
+    "listen_url": ("queue", "listen_url"),
     "spool_max_conversations": ("spool", "max_conversations"),
     "spool_max_per_tenant": ("spool", "max_per_tenant"),
     "spool_retry_seconds": ("spool", "retry_seconds"),
@@ -789,7 +800,7 @@ sections (``enabled``, ``storage``, ``storage_class``, ``auto_migrate``, ``patte
 their own flat keys."""
 _TOP_KEYS = ("enabled", "storage", "storage_class", "auto_migrate", "patterns_dir")
 _FLAT_OF = {place: flat for flat, place in FLAT_KEYS.items()}
-_URL_KEYS = ("storage", "llm_base_url", "embedding_base_url")  # shown through redacted()
+_URL_KEYS = ("storage", "llm_base_url", "embedding_base_url", "listen_url")  # shown through redacted()
 
 
 class MemoryConfig(_Settings):
@@ -1013,6 +1024,8 @@ class MemoryConfig(_Settings):
         if data["embedding"]["base_url"] is not None:
             data["embedding"]["base_url"] = redacted(data["embedding"]["base_url"])
         data["storage"] = redacted(data["storage"])
+        if data["queue"]["listen_url"] is not None:
+            data["queue"]["listen_url"] = redacted(data["queue"]["listen_url"])
         return data
 
     def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:

@@ -39,6 +39,7 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
+from . import pooling
 from .config import MemoryConfig
 from .errors import SpoolFullError
 from .intake.guard import MemoryGuard
@@ -103,6 +104,7 @@ class MemoryService(ConversationQueueing, QueueCommands, MemoryReading):
             self.redactor, instructions=config.safety.refuse_instructions
         )
         queue_engine = queue_engine_for(self.storage, owned)
+        pooling.set_listen_url(queue_engine, config.queue.listen_url)  # LISTEN past PgBouncer
         check_writable(queue_engine)
         self.queue = UpdateQueue(queue_engine, config.queue)
         self.update_run = UpdateRun.for_storage(

@@ -179,6 +179,25 @@ def private_pg() -> Iterator[object]:
         cluster.close()
 
 
+PGBOUNCER_ENV = "MEMORY_SQL_TEST_PGBOUNCER"
+"""Set to 1, the service tests (tests/server) reach PostgreSQL through PgBouncer."""
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(pg_server: URL) -> Iterator[object]:
+    """A real PgBouncer in transaction-pooling mode in front of the test server
+    (``tests/pgbouncer.py``), one per test process: ``pgbouncer.url(direct_url)`` reaches a
+    database through it. Without pgbouncer installed the test skips, except under CI=true."""
+    from pgbouncer import PGBOUNCER, PgBouncer
+
+    if PGBOUNCER is None:
+        if IN_CI:
+            pytest.fail("pgbouncer is not installed")
+        pytest.skip("pgbouncer is not installed")
+    with PgBouncer(pg_server) as bouncer:
+        yield bouncer
+
+
 @pytest.fixture(scope="session")
 def embedding_server() -> Iterator[object]:
     """The real all-MiniLM-L6-v2 behind a real ``/v1/embeddings`` server on 127.0.0.1

@@ -31,9 +31,11 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from ..database import OutageLog
+from .. import pooling
+from ..database import OutageLog, resolve_url
 from ..driver_errors import DRIVER_ERRORS
 from ..models import utcnow
+from ..pooling import listen_url_of
 from .dialects import database_file, dialect_of
 
 logger = logging.getLogger(__name__)
@@ -86,7 +88,7 @@ class NotifyListener(_Watcher):
         on_connected: Callable[[], None],
     ) -> None:
         super().__init__("memory-sql-listener")
-        self._connect_args = _connect_args(engine)
+        self._connect_args = _connect_args(engine, listen_url_of(engine) or None)
         self._on_due = on_due
         self._on_connected = on_connected
         self._outage = OutageLog("memory update worker: queue listener")
@@ -182,6 +184,14 @@ def wakeup_source(
     """The wake-up source for ``engine``'s database (not started): a listener on PostgreSQL,
     a poller for a SQLite file, None for an in-memory SQLite database (no other process)."""
     if dialect_of(engine).server:
+        if listen_url_of(engine) is None:
+            # Behind PgBouncer in transaction mode, with no direct URL to LISTEN on: the
+            # sweep and the worker's own schedule find due work (memory_sql.pooling).
+            logger.info(
+                "memory update worker: storage goes through a pooler in transaction mode and "
+                "no listen_url is set: due work is found by the sweep"
+            )
+            return None
         return NotifyListener(engine, on_due, on_change)
     database = database_file(engine.url)
     if database is None or (engine.url.database or "").startswith("file:"):
@@ -189,10 +199,12 @@ def wakeup_source(
     return ChangePoller(Path(database), on_change)
 
 
-def _connect_args(engine: Engine) -> dict[str, Any]:
+def _connect_args(engine: Engine, url: str | None = None) -> dict[str, Any]:
     """psycopg.connect's arguments for ``engine``'s database, as the engine itself connects
-    (host, port, user, password, sslmode…), autocommit, named and kept alive."""
-    _args, params = engine.dialect.create_connect_args(engine.url)
+    (host, port, user, password, sslmode…), or for ``url`` (the ``listen_url`` of an engine
+    behind a pooler in transaction mode), autocommit, named and kept alive."""
+    target = engine.url if url is None else pooling.split(resolve_url(url))[0]
+    _args, params = engine.dialect.create_connect_args(target)
     params = dict(params)
     params.pop("options", None)  # the engine's statement timeouts: the listener runs none
     params.update(

@@ -3,11 +3,13 @@ PostgreSQL), keys made in it, and a running ``memory-sql serve`` on it with the 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import PGBOUNCER_ENV
 from llm_server import ScriptedLLM
 
 from memory_sql.database import create_engine
@@ -60,7 +62,18 @@ def service_settings_for(llm: ScriptedLLM) -> dict[str, Any]:
 
 
 @pytest.fixture
-def service_settings(database_url: str, llm: ScriptedLLM) -> dict[str, Any]:
+def service_settings(
+    database_url: str, llm: ScriptedLLM, request: pytest.FixtureRequest
+) -> dict[str, Any]:
+    """With ``MEMORY_SQL_TEST_PGBOUNCER=1``, a PostgreSQL service reaches its database through
+    a real PgBouncer in transaction mode, and LISTENs on the direct URL (``listen_url``)."""
+    if os.environ.get(PGBOUNCER_ENV) == "1" and database_url.startswith("postgresql"):
+        bouncer = request.getfixturevalue("pgbouncer")
+        return {
+            **service_settings_for(llm),
+            "storage": bouncer.url(database_url),
+            "listen_url": database_url,
+        }
     return {**service_settings_for(llm), "storage": database_url}
 
 
