@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -107,6 +108,14 @@ class PgBouncer:
                     self.close()
                     raise RuntimeError(f"pgbouncer did not start: {self.log()}") from None
                 time.sleep(0.1)
+
+    def add_user(self, name: str) -> None:
+        """Let ``name`` log in through PgBouncer too (its auth file, reloaded)."""
+        users = self.folder / "users.txt"
+        users.write_text(users.read_text() + f'"{name}" ""\n')
+        assert self.process is not None
+        self.process.send_signal(signal.SIGHUP)
+        time.sleep(0.5)
 
     def log(self) -> str:
         path = self.folder / "pgbouncer.log"
