@@ -800,7 +800,8 @@ sections (``enabled``, ``storage``, ``storage_class``, ``auto_migrate``, ``patte
 their own flat keys."""
 _TOP_KEYS = ("enabled", "storage", "storage_class", "auto_migrate", "patterns_dir")
 _FLAT_OF = {place: flat for flat, place in FLAT_KEYS.items()}
-_URL_KEYS = ("storage", "llm_base_url", "embedding_base_url", "listen_url")  # shown through redacted()
+# shown through redacted()
+_URL_KEYS = ("storage", "llm_base_url", "embedding_base_url", "listen_url")
 
 
 class MemoryConfig(_Settings):

@@ -127,7 +127,7 @@ class PooledConnection(psycopg.Connection[Any]):
 class PooledCursor(psycopg.ClientCursor[Any]):
     """A client-side cursor whose every statement goes with :func:`prelude` in one message."""
 
-    def execute(  # type: ignore[override]
+    def execute(
         self,
         query: Any,
         params: Any = None,
@@ -144,7 +144,9 @@ class PooledCursor(psycopg.ClientCursor[Any]):
         self.nextset()
         return self
 
-    def executemany(self, query: Any, params_seq: Iterable[Any], *, returning: bool = False) -> None:
+    def executemany(
+        self, query: Any, params_seq: Iterable[Any], *, returning: bool = False
+    ) -> None:
         connection = self.connection
         if not isinstance(connection, PooledConnection):
             super().executemany(query, params_seq, returning=returning)
