@@ -24,6 +24,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "models",
             "scope",
             "tenancy",
+            "pooling",
             "database",
             "driver_errors",
             "redaction",
