@@ -1,6 +1,7 @@
 """The HTTP service against the Python API, and row-level security on against off, on PostgreSQL.
 
     .venv/bin/python benchmarks/bench_service.py [--quick] [--requests N] [--rounds R]
+    .venv/bin/python benchmarks/bench_service.py --pgbouncer [--quick] ...
 
 It needs the server extra and httpx (pip install -e '.[dev,server]'; `make bench` has both).
 
@@ -32,6 +33,12 @@ p50 latencies and of rates) and the cost of RLS (on / off, goal <= 1.1x). Every 
 checked: a non-2xx status, an empty context or a conversation not queued is an error, and so is
 a queue that does not hold every conversation acknowledged; the exit status is 1 only then.
 Both databases and the role are dropped at the end.
+
+With ``--pgbouncer``: one database (RLS on, the service as the role), reached directly and
+through a real PgBouncer 1.18 in transaction mode (``tests/pgbouncer.py``, pool size 20) by a
+storage URL marked ``?pool_mode=transaction`` (``memory_sql.pooling``); the four sides are HTTP
+and Python, each direct and through PgBouncer, in turn, and the ratios are PgBouncer / direct
+(goal <= 1.3x).
 """
 
 from __future__ import annotations
@@ -95,6 +102,7 @@ CONVERSATION = [
     {"role": "assistant", "content": "Understood, short answers it is. " * 3},
 ]
 ON, OFF = "RLS on", "RLS off"
+DIRECT, BOUNCED = "direct", "pgbouncer"
 HTTP, PYTHON = "HTTP", "Python"
 POST, CONTEXT = "POST /v1/conversations", "GET /v1/users/{user}/context"
 
@@ -478,11 +486,90 @@ def print_report(cells: dict[tuple[str, int, str], Cell], sides: list[Side]) -> 
     )
 
 
+def print_pgbouncer_report(cells: dict[tuple[str, int, str], Cell], sides: list[Side]) -> None:
+    head = f"{'operation':30} {'clients':>7} {'side':18} {'requests/s':>11} {'p50':>11} {'p99':>11}"
+    print("\n" + head)
+    print("-" * len(head))
+    for operation in (POST, CONTEXT):
+        for clients in CONCURRENCY:
+            for side in sides:
+                c = cells[(operation, clients, side.name)]
+                print(
+                    f"{operation:30} {clients:>7} {side.name:18} {c.rate:>11,.0f}"
+                    f" {fmt(c.p50):>11} {fmt(c.p99):>11}"
+                )
+    print("\nratios: PgBouncer / direct, p50 latency (and requests/s)")
+    head = f"{'operation':30} {'clients':>7} {'HTTP':>16} {'Python':>16}"
+    print(head)
+    print("-" * len(head))
+    worst = 0.0
+    for operation in (POST, CONTEXT):
+        for clients in CONCURRENCY:
+
+            def pair(kind: str, op: str = operation, n: int = clients) -> str:
+                a, b = cells[(op, n, f"{kind}, {BOUNCED}")], cells[(op, n, f"{kind}, {DIRECT}")]
+                return f"{a.p50 / b.p50:.2f}x ({a.rate / b.rate:.2f}x)"
+
+            bounced = cells[(operation, clients, f"{HTTP}, {BOUNCED}")]
+            direct = cells[(operation, clients, f"{HTTP}, {DIRECT}")]
+            worst = max(worst, bounced.p50 / direct.p50)
+            print(f"{operation:30} {clients:>7} {pair(HTTP):>16} {pair(PYTHON):>16}")
+    verdict = "PASS" if worst <= 1.3 else "FAIL"
+    print(
+        f"  {verdict}  PgBouncer (transaction mode) through HTTP, worst p50 ratio {worst:.2f}x"
+        " (goal ≤ 1.3x; a target, not a failure)"
+    )
+
+
+def pgbouncer_sides(
+    stack: ExitStack, folder: Path, errors: Errors, role: str
+) -> tuple[list[Side], dict[str, str]] | None:
+    """The four sides of ``--pgbouncer`` on one database (RLS on), and its URL by side label."""
+    from pgbouncer import PgBouncer
+
+    url = stack.enter_context(scratch_postgres())
+    if url is None:
+        print("PostgreSQL: cannot create a database: skipped")
+        return None
+    migrations.upgrade(url)
+    seed(url)
+    memory_cli("db", "grant", "--role", role, "--apply", "--url", url)
+    analyze(url)
+    bouncer = stack.enter_context(PgBouncer(make_url(PG_URL), pool_size=20))
+    bouncer.add_user(role)
+    connect = {DIRECT: as_role(url, role), BOUNCED: bouncer.url(as_role(url, role))}
+    print(
+        f"one database, RLS on, the service as role {role}; {BOUNCED}: PgBouncer 1.18 on port"
+        f" {bouncer.port}, pool_mode = transaction, default_pool_size = 20, the storage URL"
+        " marked ?pool_mode=transaction"
+    )
+    engine = create_engine(url)
+    stack.callback(engine.dispose)
+    secrets = {t: create_key(engine, tenant_id=t, role="write")[1] for t in TENANTS}
+    sides: list[Side] = []
+    for label in (DIRECT, BOUNCED):
+        service = ServiceProcess(folder, {"storage": connect[label]}, with_worker=False)
+        stack.callback(service.stop)
+        http = HttpSide(f"{HTTP}, {label}", HTTP, label, errors, "db")
+        http.base_url, http.secrets, http.process = service.base_url, secrets, service
+        library = MemoryService(MemoryConfig(storage=connect[label]), start=False)
+        stack.callback(library.close)
+        python = PythonSide(f"{PYTHON}, {label}", PYTHON, label, errors, "db")
+        python.service = library
+        sides += [http, python]
+    return sides, {"db": url}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a ~30 s run (fewer requests)")
     parser.add_argument("--requests", type=int, help="requests per round and side (default 400)")
     parser.add_argument("--rounds", type=int, help="rounds per cell, sides in turn (default 3)")
+    parser.add_argument(
+        "--pgbouncer",
+        action="store_true",
+        help="direct against through PgBouncer in transaction mode (RLS on), instead of RLS",
+    )
     args = parser.parse_args()
     requests = args.requests or (100 if args.quick else 400)
     rounds = args.rounds or (2 if args.quick else 3)
@@ -490,8 +577,9 @@ def main() -> int:
         parser.error("--requests and --rounds must be at least 1")
 
     started = time.perf_counter()
+    compared = "direct vs through PgBouncer" if args.pgbouncer else "RLS on vs off"
     print(
-        f"memory_sql HTTP service vs the Python API, RLS on vs off: {USERS} users x {FACTS} facts,"
+        f"memory_sql HTTP service vs the Python API, {compared}: {USERS} users x {FACTS} facts,"
         f" {requests} requests per round and side, {rounds} rounds, clients {CONCURRENCY}"
     )
     try:
@@ -504,7 +592,12 @@ def main() -> int:
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench_service_")))
         role = stack.enter_context(login_role())
         urls: dict[str, str] = {}
-        for rls in (ON, OFF):
+        if args.pgbouncer:
+            made = pgbouncer_sides(stack, folder, errors, role)
+            if made is None:
+                return 0
+            sides, urls = made
+        for rls in () if args.pgbouncer else (ON, OFF):
             url = stack.enter_context(scratch_postgres())
             if url is None:
                 print("PostgreSQL: cannot create a database: skipped")
@@ -512,42 +605,44 @@ def main() -> int:
             migrations.upgrade(url)
             seed(url)
             urls[rls] = url
-        memory_cli("db", "grant", "--role", role, "--apply", "--url", urls[ON])
-        tables = [name for name, _, _ in rls_tables(urls[OFF])]
-        disable_rls(urls[OFF], tables)
-        on = rls_tables(urls[ON])
-        if rls_tables(urls[OFF]) or not on or not all(e and f for _, e, f in on):
-            print(f"setup failed: RLS not as intended (on: {on})")
-            return 1
-        for url in urls.values():
-            analyze(url)
-        connect = {ON: as_role(urls[ON], role), OFF: urls[OFF]}
-        print(
-            f"RLS on: {len(on)} tables with RLS enabled and forced, the service as role {role}"
-            f" (`memory-sql db grant --apply`); RLS off: disabled on the same {len(tables)}"
-            " tables, the service as the owner (postgres)"
-        )
+        if not args.pgbouncer:
+            memory_cli("db", "grant", "--role", role, "--apply", "--url", urls[ON])
+            tables = [name for name, _, _ in rls_tables(urls[OFF])]
+            disable_rls(urls[OFF], tables)
+            on = rls_tables(urls[ON])
+            if rls_tables(urls[OFF]) or not on or not all(e and f for _, e, f in on):
+                print(f"setup failed: RLS not as intended (on: {on})")
+                return 1
+            for url in urls.values():
+                analyze(url)
+            connect = {ON: as_role(urls[ON], role), OFF: urls[OFF]}
+            print(
+                f"RLS on: {len(on)} tables with RLS enabled and forced, the service as role {role}"
+                f" (`memory-sql db grant --apply`); RLS off: disabled on the same {len(tables)}"
+                " tables, the service as the owner (postgres)"
+            )
 
-        sides: list[Side] = []
-        for rls in (ON, OFF):
-            engine = create_engine(urls[rls])
-            stack.callback(engine.dispose)
-            secrets = {t: create_key(engine, tenant_id=t, role="write")[1] for t in TENANTS}
-            service = ServiceProcess(folder, {"storage": connect[rls]}, with_worker=False)
-            stack.callback(service.stop)
-            http = HttpSide(f"{HTTP}, {rls}", HTTP, rls, errors, rls)
-            http.base_url, http.secrets, http.process = service.base_url, secrets, service
-            library = MemoryService(MemoryConfig(storage=connect[rls]), start=False)
-            stack.callback(library.close)
-            python = PythonSide(f"{PYTHON}, {rls}", PYTHON, rls, errors, rls)
-            python.service = library
-            sides += [http, python]
-        sides.sort(key=lambda s: (s.rls != ON, s.kind != HTTP))  # HTTP on, Python on, HTTP off…
+            sides: list[Side] = []
+            for rls in (ON, OFF):
+                engine = create_engine(urls[rls])
+                stack.callback(engine.dispose)
+                secrets = {t: create_key(engine, tenant_id=t, role="write")[1] for t in TENANTS}
+                service = ServiceProcess(folder, {"storage": connect[rls]}, with_worker=False)
+                stack.callback(service.stop)
+                http = HttpSide(f"{HTTP}, {rls}", HTTP, rls, errors, rls)
+                http.base_url, http.secrets, http.process = service.base_url, secrets, service
+                library = MemoryService(MemoryConfig(storage=connect[rls]), start=False)
+                stack.callback(library.close)
+                python = PythonSide(f"{PYTHON}, {rls}", PYTHON, rls, errors, rls)
+                python.service = library
+                sides += [http, python]
+            # HTTP on, Python on, HTTP off…
+            sides.sort(key=lambda s: (s.rls != ON, s.kind != HTTP))
 
         cells = measure(sides, requests, rounds)
 
         queued_ok = True
-        for rls in (ON, OFF):
+        for rls in urls:
             issued = set().union(*(s.keys for s in sides if s.database == rls))
             spooled = sum(s.service.status()["spooled"] for s in sides if isinstance(s, PythonSide))
             found = pending_keys(urls[rls])
@@ -557,7 +652,10 @@ def main() -> int:
                     f"FAILED: {rls}: {len(issued)} conversation keys acknowledged, {found} in the"
                     f" queue, {spooled} spooled"
                 )
-        print_report(cells, sides)
+        if args.pgbouncer:
+            print_pgbouncer_report(cells, sides)
+        else:
+            print_report(cells, sides)
         for s in sides:
             if isinstance(s, HttpSide) and "Traceback" in s.process.log:
                 errors.add(f"{s.name}: a traceback in the service's log")
