@@ -10,8 +10,9 @@ makes memory_sql keep no state in the session:
   with ``set_config(..., true)`` (``SET LOCAL``) in front of **every statement**, in the same
   message: a read in autocommit goes as ``SELECT set_config(…); <the read>``, one simple-query
   message, which PostgreSQL runs as one implicit transaction and the pooler gives to one server
-  connection. No round trip is added: a read is still one, a transaction still ``BEGIN``, its
-  statements and ``COMMIT``;
+  connection; a transaction's first statement goes as ``BEGIN; SELECT set_config(…);
+  <statement>``. No round trip is added, and one is saved: a read is one round trip, a
+  one-statement write two (its statement, ``COMMIT``) where psycopg sends ``BEGIN`` apart;
 - parameters are bound on the client (psycopg's client-side cursor) and no statement is ever
   prepared (``prepare_threshold=None``, applied after any other setting), so PgBouncer 1.18,
   which knows nothing of prepared statements, can hand the next transaction to another server;
@@ -31,6 +32,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from sqlalchemy import event
 from sqlalchemy.engine import URL, Engine
 
@@ -119,9 +121,27 @@ class PooledConnection(psycopg.Connection[Any]):
 
     memory_sql_tenant = ""  # no tenant: row-level security shows no row
     memory_sql_limits: tuple[tuple[str, str], ...] = ()
+    _memory_sql_begun = False  # the statement being sent opens its transaction itself
 
     def memory_sql_prelude(self) -> str:
         return prelude(self.memory_sql_tenant, self.memory_sql_limits)
+
+    def memory_sql_begin(self) -> str:
+        """``BEGIN …;`` when the next statement opens a transaction (none is open, nor is the
+        connection in autocommit or a pipeline), to be sent in the statement's message."""
+        if (
+            self.autocommit
+            or self._pipeline is not None
+            or self.info.transaction_status != TransactionStatus.IDLE
+        ):
+            return ""
+        return self._get_tx_start_command().decode() + ";\n"
+
+    def _start_query(self) -> Any:
+        # psycopg sends BEGIN in a round trip of its own, unless the statement carries it.
+        if self._memory_sql_begun:
+            return
+        yield from super()._start_query()
 
 
 class PooledCursor(psycopg.ClientCursor[Any]):
@@ -140,8 +160,15 @@ class PooledCursor(psycopg.ClientCursor[Any]):
             super().execute(query, params, prepare=prepare, binary=binary)
             return self
         text = self.mogrify(query, params)
-        super().execute(f"{connection.memory_sql_prelude()};\n{text}")
-        self.nextset()
+        begin = connection.memory_sql_begin()
+        connection._memory_sql_begun = bool(begin)
+        try:
+            super().execute(f"{begin}{connection.memory_sql_prelude()};\n{text}")
+        finally:
+            connection._memory_sql_begun = False
+        self.nextset()  # past the prelude's result (and BEGIN's) to the statement's
+        if begin:
+            self.nextset()
         return self
 
     def executemany(

@@ -66,12 +66,14 @@ class PgBouncer:
             f"listen_port = {self.port}\n"
             f"unix_socket_dir = {self.folder}\n"
             "auth_type = trust\n"
+            f"admin_users = {self.server.username or 'postgres'}\n"
             f"auth_file = {users}\n"
             "pool_mode = transaction\n"
             "max_client_conn = 1000\n"
             f"default_pool_size = {self.pool_size}\n"
             "server_idle_timeout = 1\n"
             "server_lifetime = 3600\n"
+            "stats_period = 1\n"
             "ignore_startup_parameters = extra_float_digits\n"
             f"logfile = {self.folder / 'pgbouncer.log'}\n"
             f"pidfile = {self.folder / 'pgbouncer.pid'}\n"
@@ -108,6 +110,24 @@ class PgBouncer:
                     self.close()
                     raise RuntimeError(f"pgbouncer did not start: {self.log()}") from None
                 time.sleep(0.1)
+
+    def counts(self, database: str) -> tuple[int, int]:
+        """PgBouncer's (transactions, queries) sent to ``database`` so far (its admin
+        console's ``SHOW STATS``, updated every second): a query is one client message."""
+        with psycopg.connect(
+            f"host=127.0.0.1 port={self.port} dbname=pgbouncer "
+            f"user={self.server.username or 'postgres'}",
+            autocommit=True,
+            prepare_threshold=None,
+        ) as conn:
+            cursor = conn.cursor()
+            cursor.execute("SHOW STATS")
+            names = [column.name for column in cursor.description or ()]
+            for row in cursor.fetchall():
+                stats = dict(zip(names, row, strict=True))
+                if stats["database"] == database:
+                    return int(stats["total_xact_count"]), int(stats["total_query_count"])
+        return 0, 0
 
     def add_user(self, name: str) -> None:
         """Let ``name`` log in through PgBouncer too (its auth file, reloaded)."""

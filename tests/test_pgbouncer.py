@@ -18,7 +18,7 @@ from pg_roles import grant_service_role, login_role, memory_sql_cli
 from sqlalchemy.engine import URL, make_url
 from test_service import chat, learn
 
-from memory_sql import pooling, tenancy
+from memory_sql import MemoryConfig, pooling, tenancy
 from memory_sql.database import create_engine
 from memory_sql.models import Fact, MemoryDocument
 from memory_sql.service import MemoryService
@@ -126,6 +126,41 @@ def test_many_threads_on_two_server_sessions_never_miss_a_prepared_statement(
                 assert prepared.scalar_one() == 0
         finally:
             storage.close()
+
+
+def test_a_queued_conversation_is_two_messages_and_a_cached_read_one(
+    pgbouncer: Any, bounced: str
+) -> None:
+    """Round trips through PgBouncer, counted by PgBouncer: a conversation queued is one
+    transaction of two messages (BEGIN, the settings and the upsert in one; COMMIT), where a
+    direct connection takes three; a read of a cached memory is one message."""
+    service = MemoryService(MemoryConfig(storage=bounced), start=False)
+    database = make_url(bounced).database or ""
+    conversation = chat("tea")
+
+    def measured(call: Any, times: int = 20) -> tuple[float, float]:
+        time.sleep(1.5)  # PgBouncer's totals move every second (stats_period = 1)
+        xacts, queries = pgbouncer.counts(database)
+        for n in range(times):
+            call(n)
+        time.sleep(1.5)
+        after = pgbouncer.counts(database)
+        return (after[0] - xacts) / times, (after[1] - queries) / times
+
+    try:
+        for n in range(4):  # every tenant's first use, and the cache filled
+            service.queue_conversation(conversation, thread_id="w", user_id=f"u{n}")
+            service.memory_context(user_id=f"u{n}", tenant_id=f"t{n % 2}")
+        queued = measured(
+            lambda n: service.queue_conversation(
+                conversation, thread_id=f"t{n}", user_id=f"u{n % 4}", tenant_id=f"t{n % 2}"
+            )
+        )
+        read = measured(lambda n: service.memory_context(user_id=f"u{n % 4}", tenant_id="t0"))
+    finally:
+        service.close()
+    assert queued == (1.0, 2.0)
+    assert read == (1.0, 1.0)
 
 
 @pytest.fixture
