@@ -107,7 +107,9 @@ class MemoryClient:
         return self._send(calls.health())
 
     def ready(self) -> dict[str, Any]:
-        """``/readyz``: the database answers and is at the schema head (else ``Unavailable``)."""
+        """``/readyz``: ready to take conversations: the database answers and is at the schema
+        head, or is away while the spool has room (``"database": "unavailable"`` and a
+        ``warning``); else ``Unavailable``."""
         return self._send(calls.ready())
 
     def queue_conversation(
