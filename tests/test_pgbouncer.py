@@ -250,3 +250,10 @@ def test_the_cli_works_through_pgbouncer(bounced: str) -> None:
     assert "Prefers tabs" in listed.stdout
     status = memory_sql_cli("db", "check", "--url", bounced)
     assert status.returncode == 0, status.stdout + status.stderr
+
+
+def test_listen_url_is_a_setting_shown_without_its_password() -> None:
+    config = MemoryConfig(listen_url="postgresql+psycopg://app:s3cret@db:5432/memory")
+    assert config.queue.listen_url == "postgresql+psycopg://app:s3cret@db:5432/memory"
+    assert "s3cret" not in repr(config) and "s3cret" not in str(config.redacted())
+    assert config.redacted()["queue"]["listen_url"].startswith("postgresql+psycopg://app:")
