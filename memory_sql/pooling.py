@@ -126,6 +126,16 @@ class PooledConnection(psycopg.Connection[Any]):
     def memory_sql_prelude(self) -> str:
         return prelude(self.memory_sql_tenant, self.memory_sql_limits)
 
+    @property
+    def prepare_threshold(self) -> int | None:
+        """None, whatever is set later (a ``database.prepare_threshold`` setting, a hook):
+        behind a pooler in transaction mode nothing is prepared."""
+        return None
+
+    @prepare_threshold.setter
+    def prepare_threshold(self, value: int | None) -> None:
+        self._prepared.prepare_threshold = None
+
     def memory_sql_begin(self) -> str:
         """``BEGIN …;`` when the next statement opens a transaction (none is open, nor is the
         connection in autocommit or a pipeline), to be sent in the statement's message."""

@@ -124,6 +124,10 @@ def test_many_threads_on_two_server_sessions_never_miss_a_prepared_statement(
             with storage.engine.connect() as conn:
                 prepared = conn.execute(sa.text("SELECT count(*) FROM pg_prepared_statements"))
                 assert prepared.scalar_one() == 0
+                # A threshold set afterwards (a setting, a connect hook) is not applied.
+                dbapi = conn.connection.driver_connection
+                dbapi.prepare_threshold = 0
+                assert dbapi.prepare_threshold is None
         finally:
             storage.close()
 
