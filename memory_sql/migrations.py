@@ -78,15 +78,14 @@ def alembic_config(url: str | URL | None = None) -> Config:
 def _on(engine: Engine, config: Config, what: str) -> Iterator[Config]:
     """``config`` bound to a connection of ``engine`` in a transaction that holds the
     migration lock: SQLite's write lock (``BEGIN IMMEDIATE``), a PostgreSQL advisory lock."""
-    options = {"sqlite_begin": "IMMEDIATE"} if engine.dialect.name == "sqlite" else {}
+    # The dialect module is in storage/, whose package imports this one: read when called.
+    from .storage.dialects import dialect_of
+
+    dialect = dialect_of(engine)
     with database_errors(engine, what), engine.connect() as connection:
-        connection = connection.execution_options(**options)
+        connection = connection.execution_options(**dialect.write_options)
         with connection.begin():
-            if engine.dialect.name == "postgresql":
-                connection.execute(
-                    sa.text("SELECT pg_advisory_xact_lock(:a, :b)"),
-                    {"a": _MIGRATION_LOCK[0], "b": _MIGRATION_LOCK[1]},
-                )
+            dialect.lock_transaction(connection, _MIGRATION_LOCK)
             config.attributes["connection"] = connection
             try:
                 yield config

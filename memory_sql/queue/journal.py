@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from ..driver_errors import DRIVER_ERRORS
+from ..driver_errors import driver_errors, quietly
 from ..errors import StorageError
 from ..intake.messages import Message
 from ..intake.signals import Signals
@@ -70,13 +70,14 @@ class Journal:
         self._lock_file = lock_file
         self._lock = threading.Lock()
         try:
-            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.execute(_SCHEMA)
-        except DRIVER_ERRORS as exc:
+            with driver_errors(f"cannot open the spool file {path}"):
+                self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=FULL")
+                self._db.execute(_SCHEMA)
+        except StorageError:
             self._release_lock()
-            raise StorageError(f"cannot open the spool file {path}: {exc}") from exc
+            raise
 
     def append(self, items: Sequence[tuple[Enqueued, datetime]]) -> list[int]:
         """Write ``items`` (each with the time it came) in one transaction, synced to disk
@@ -146,7 +147,7 @@ class Journal:
     def close(self) -> None:
         """Close the file and give up its ownership (its rows stay for the next owner)."""
         with self._lock:
-            with suppress(*DRIVER_ERRORS):
+            with quietly():
                 self._db.close()
             self._release_lock()
 
@@ -175,38 +176,30 @@ class _Transaction:
         db = self.journal._db
         if self.write:
             try:
-                db.execute("BEGIN IMMEDIATE")
-            except DRIVER_ERRORS as exc:
+                with driver_errors(f"cannot write the spool file {self.journal.path}"):
+                    db.execute("BEGIN IMMEDIATE")
+            except StorageError:
                 self.journal._lock.release()
-                raise StorageError(
-                    f"cannot write the spool file {self.journal.path}: {exc}"
-                ) from exc
+                raise
         return db
 
-    def __exit__(self, exc_type: object, exc: object, _tb: object) -> None:
+    def __exit__(self, exc_type: object, exc: BaseException | None, _tb: object) -> None:
         db = self.journal._db
+        verb = "write" if self.write else "read"
         try:
-            if self.write:
-                if exc_type is None:
+            with driver_errors(f"cannot {verb} the spool file {self.journal.path}"):
+                if self.write and exc_type is None:
                     try:
                         db.execute("COMMIT")
-                    except DRIVER_ERRORS as error:
-                        with suppress(*DRIVER_ERRORS):
+                    except BaseException:
+                        with quietly():
                             db.execute("ROLLBACK")
-                        raise StorageError(
-                            f"cannot write the spool file {self.journal.path}: {error}"
-                        ) from error
-                else:
-                    with suppress(*DRIVER_ERRORS):
+                        raise
+                elif self.write:
+                    with quietly():
                         db.execute("ROLLBACK")
-                    if isinstance(exc, DRIVER_ERRORS):
-                        raise StorageError(
-                            f"cannot write the spool file {self.journal.path}: {exc}"
-                        ) from exc
-            elif isinstance(exc, DRIVER_ERRORS):
-                raise StorageError(
-                    f"cannot read the spool file {self.journal.path}: {exc}"
-                ) from exc
+                if exc is not None:
+                    raise exc  # a driver's error becomes a StorageError; others go on as they are
         finally:
             self.journal._lock.release()
 

@@ -359,7 +359,7 @@ class DriverConnection:
         else:
             self.kept = None
         dialect = engine.dialect
-        postgres = dialect_of(dialect).server
+        postgres = dialect_of(dialect).fast_path == "psycopg"
         if postgres:
             _local.driver = True
         try:
@@ -449,7 +449,7 @@ def read_facts_by_driver(
     connection not to be had raises SQLAlchemy's error, as ``engine.connect()`` would."""
     if not unobserved(engine):
         return None
-    postgres = dialect_of(engine).server
+    postgres = dialect_of(engine).fast_path == "psycopg"
     sql, fixed = compiled_for_driver(statement, engine.dialect)
     try:
         with DriverConnection(engine) as dbapi:
