@@ -29,7 +29,6 @@ DEFAULT_DATABASE_URL = "sqlite:///memory_sql.db"
 URL_ENV = "MEMORY_SQL_DATABASE_URL"
 CONNECT_TIMEOUT_SECONDS = 10.0
 STATEMENT_TIMEOUT_SECONDS = 30.0
-_SUPPORTED_DRIVERS = ("sqlite", "sqlite+pysqlite", "postgresql+psycopg")
 
 
 def resolve_url(url: str | URL | None = None) -> URL:
@@ -44,7 +43,9 @@ def resolve_url(url: str | URL | None = None) -> URL:
         raise ValueError(f"not a database URL: {exc}") from None
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
-    if parsed.drivername not in _SUPPORTED_DRIVERS:
+    from .storage.dialects import supported_drivers  # storage/ imports this module
+
+    if parsed.drivername not in supported_drivers():
         raise ValueError(
             f"unsupported database {parsed.drivername!r}: use sqlite:///… or postgresql+psycopg://…"
         )

@@ -336,3 +336,31 @@ def test_a_locked_sqlite_file_is_unavailable(tmp_path):
     finally:
         holder.execute("ROLLBACK")
         holder.close()
+
+
+class _NoFastPath(SQLite):
+    """SQLite as a database added without hand-written driver paths would be."""
+
+    fast_path = None
+
+
+def test_a_database_without_a_fast_path_runs_on_sqlalchemy_alone(tmp_path, monkeypatch):
+    """What lets a new backend leave ``storage/driver.py`` and ``storage/sql.py`` alone."""
+    from memory_sql.storage import dialects, driver
+
+    url = f"sqlite:///{tmp_path / 'plain.db'}"
+    memory_sql.migrations.upgrade(url)
+    monkeypatch.setitem(dialects._DIALECTS, "sqlite", _NoFastPath())
+    store = open_storage(url)
+    try:
+        assert not driver.unobserved(store.engine)
+        doc = store.load(user_id="u")
+        doc.facts = [Fact(content="Drinks tea")]
+        store.save(doc, user_id="u", expected_version=0)
+        again = store.load(user_id="u")
+        assert [f.content for f in again.facts] == ["Drinks tea"] and again.version == 1
+        again.facts.append(Fact(content="Lives in Porto"))
+        store.save(again, user_id="u", expected_version=1)
+        assert len(store.load(user_id="u").facts) == 2
+    finally:
+        store.close()

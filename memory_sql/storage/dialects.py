@@ -67,9 +67,12 @@ class SQLDialect:
     (:attr:`fts_match_sql` returns ``fact_id, search_text, tenant_id, user_id, agent_name``)
     rather than scores (``fact_id, score``)."""
 
-    fast_path: str
+    drivers: tuple[str, ...] = ()
+    """The SQLAlchemy driver names memory_sql accepts for the database (``scheme+driver``)."""
+    fast_path: str | None = None
     """The driver whose hand-written paths (:mod:`.driver`, :class:`~.sql.SQLStorage`'s
-    one-statement save and reads) the database takes: ``"psycopg"`` or ``"sqlite3"``."""
+    one-statement save and reads) the database takes: ``"psycopg"`` or ``"sqlite3"``; None
+    (a database added without them): SQLAlchemy's paths only, which every feature has."""
     notifies: bool = False
     """Whether the database tells a listener of new queue work (``LISTEN``/``NOTIFY``,
     :mod:`.wakeups`); otherwise a worker polls the file."""
@@ -171,6 +174,7 @@ class SQLDialect:
 class SQLite(SQLDialect):
     name = "sqlite"
     server = False
+    drivers = ("sqlite", "sqlite+pysqlite")
     fast_path = "sqlite3"
     write_options = {"sqlite_begin": "IMMEDIATE"}
     begin_write = "BEGIN IMMEDIATE"
@@ -263,6 +267,7 @@ ORDER BY h.score, f.fact_id"""
 class PostgreSQL(SQLDialect):
     name = "postgresql"
     server = True
+    drivers = ("postgresql+psycopg",)
     fast_path = "psycopg"
     notifies = True
     row_security = True
@@ -382,6 +387,11 @@ def dialect_of(bind: Engine | Connection | sa.Dialect | URL | str) -> SQLDialect
         raise ValueError(
             f"unsupported database {name!r}: memory_sql runs on SQLite and PostgreSQL"
         ) from None
+
+
+def supported_drivers() -> tuple[str, ...]:
+    """Every driver name of :attr:`SQLDialect.drivers`, of every database."""
+    return tuple(driver for dialect in _DIALECTS.values() for driver in dialect.drivers)
 
 
 def is_server(bind: Engine | Connection | sa.Dialect | URL | str) -> bool:

@@ -144,6 +144,8 @@ def pg_times(values: Any) -> list[datetime | None]:
 def unobserved(engine: Engine) -> bool:
     """Whether statements may bypass SQLAlchemy: nobody listens to its statement events
     (tests, tracing instrumentation) nor has it echo them."""
+    if dialect_of(engine).fast_path is None:  # a database without them: SQLAlchemy's paths
+        return False
     dispatch = engine.dispatch
     return not (dispatch.before_cursor_execute or dispatch.after_cursor_execute or engine.echo)
 
