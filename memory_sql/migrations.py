@@ -202,8 +202,11 @@ def prepare_schema(engine: Engine, *, auto_migrate: bool = False, create: bool =
         return
     known = current is None or any(r.revision == current for r in script.walk_revisions())
     unstamped = current is None and _has_memory_tables(engine)
-    new_sqlite = create and current is None and engine.dialect.name == "sqlite"
-    if known and not unstamped and (auto_migrate or new_sqlite):
+    from .storage.dialects import dialect_of  # storage/ imports this module
+
+    # A file database is made by opening it: a new one is created at the head.
+    new_file = create and current is None and not dialect_of(engine).server
+    if known and not unstamped and (auto_migrate or new_file):
         _upgrade(engine, "head")
         return
     raise SchemaOutOfDateError(
