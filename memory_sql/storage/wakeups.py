@@ -183,7 +183,7 @@ def wakeup_source(
 ) -> NotifyListener | ChangePoller | None:
     """The wake-up source for ``engine``'s database (not started): a listener on PostgreSQL,
     a poller for a SQLite file, None for an in-memory SQLite database (no other process)."""
-    if dialect_of(engine).server:
+    if dialect_of(engine).notifies:
         if listen_url_of(engine) is None:
             # Behind PgBouncer in transaction mode, with no direct URL to LISTEN on: the
             # sweep and the worker's own schedule find due work (memory_sql.pooling).
