@@ -36,6 +36,8 @@ from psycopg.pq import TransactionStatus
 from sqlalchemy import event
 from sqlalchemy.engine import URL, Engine
 
+from . import tenancy
+
 MARKER = "pool_mode"
 """The query parameter of a storage URL that says a pooler stands in front of PostgreSQL."""
 
@@ -107,11 +109,10 @@ def listen_url_of(engine: Engine) -> str | None:
 @functools.lru_cache(maxsize=1024)
 def prelude(tenant: str, limits: tuple[tuple[str, str], ...]) -> str:
     """The statement run in front of every statement: the transaction's settings."""
-    calls = [("memory_sql.tenant_id", tenant), *limits]
-    return "SELECT " + ", ".join(
-        f"set_config('{name}', '{value.replace(chr(39), chr(39) * 2)}', true)"
-        for name, value in calls
-    )
+    # The dialect module is in storage/, whose package imports this one: read when called.
+    from .storage.dialects import dialect_of
+
+    return dialect_of("postgresql").local_settings(((tenancy.SETTING, tenant), *limits))
 
 
 class PooledConnection(psycopg.Connection[Any]):

@@ -102,6 +102,12 @@ class SQLDialect:
         transaction (no rollback undoes it). Raises the driver's error."""
         raise NotImplementedError(f"{self.name} has no session settings")
 
+    def local_settings(self, settings: Iterable[tuple[str, str]]) -> str:
+        """One statement that sets each ``(name, value)`` for the current transaction only
+        (``SET LOCAL``), values inlined: what a statement behind a pooler in transaction mode
+        is preceded by (:mod:`memory_sql.pooling`)."""
+        raise NotImplementedError(f"{self.name} has no session settings")
+
     def lock_transaction(self, connection: Connection, key: tuple[int, int]) -> None:
         """Hold the lock ``key`` until ``connection``'s transaction (begun with
         :attr:`write_options`) ends: one such transaction at a time, across processes."""
@@ -312,6 +318,13 @@ class PostgreSQL(SQLDialect):
         with dbapi_connection.cursor() as cursor:
             cursor.execute("SELECT set_config(%s, %s, false)", (name, value))
         dbapi_connection.autocommit = autocommit
+
+    def local_settings(self, settings: Iterable[tuple[str, str]]) -> str:
+        quoted = (
+            f"set_config('{name}', '{value.replace(chr(39), chr(39) * 2)}', true)"
+            for name, value in settings
+        )
+        return "SELECT " + ", ".join(quoted)
 
     def lock_transaction(self, connection: Connection, key: tuple[int, int]) -> None:
         """A transaction-level advisory lock (released at commit or rollback)."""
