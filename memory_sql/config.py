@@ -358,6 +358,20 @@ class RecallSettings(_Settings):
         description="With embeddings, the weight of the vector ranking beside the text "
         "ranking in the reciprocal-rank fusion (0: lexical only).",
     )
+    semantic_expansion_weight: float = Field(
+        0.5,
+        ge=0,
+        le=100,
+        description="With embeddings, the weight in the fusion of a second text lookup made "
+        "after it, by the query's terms and those of the best fused facts (0: none).",
+    )
+    semantic_expansion_facts: int = Field(
+        2,
+        ge=1,
+        le=50,
+        description="With embeddings, how many of the best fused facts give their terms to "
+        "that second lookup.",
+    )
     guaranteed_categories: tuple[str, ...] = Field(
         ("correction",),
         description="Categories shown first, within guaranteed_token_budget.",
@@ -781,6 +795,8 @@ FLAT_KEYS: dict[str, tuple[str, str]] = {
     "embedding_retry_seconds": ("embedding", "retry_seconds"),
     "embedding_interval_seconds": ("embedding", "interval_seconds"),
     "recall_semantic_weight": ("recall", "semantic_weight"),
+    "recall_semantic_expansion_weight": ("recall", "semantic_expansion_weight"),
+    "recall_semantic_expansion_facts": ("recall", "semantic_expansion_facts"),
     "dedupe_cosine": ("update", "dedupe_cosine"),
 }
 """Every flat key (an environment variable's name, and a key YAML and ``MemoryConfig(...)``

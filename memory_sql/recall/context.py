@@ -37,6 +37,7 @@ from .ranking import (
     RankingWeights,
     expansion_terms,
     fuse,
+    fuse_more,
     merge_matches,
     query_text,
     rank_facts,
@@ -110,7 +111,32 @@ class Recall:
             matches = fuse(
                 matches, semantic, weight=self.settings.semantic_weight, method=self.fusion
             )
+            matches = self._expanded(doc, scope, terms, matches, lines)
         return rank_facts(lines.facts_by_id, matches, self.weights, terms=lines.terms)
+
+    def _expanded(
+        self,
+        doc: MemoryDocument,
+        scope: Scope,
+        terms: list[str],
+        fused: list[tuple[str, float]],
+        lines: FactLines,
+    ) -> list[tuple[str, float]]:
+        """``fused`` with a second text lookup added (``semantic_expansion_weight``): the
+        query's terms and those of the best ``semantic_expansion_facts`` fused facts. A fact
+        found by meaning ("the notification service" → "Zephyr sends the notifications") lends
+        its names to find the facts about them that share no word with the question
+        ("Zephyr is written in Go")."""
+        weight = self.settings.semantic_expansion_weight
+        if weight <= 0 or not fused:
+            return fused
+        extra = expansion_terms(fused, lines, terms, self.settings.semantic_expansion_facts)
+        if not extra:
+            return fused
+        found = self.storage.match_facts(
+            doc, scope, [*terms, *extra], limit=self.weights.candidates
+        )
+        return fuse_more(fused, found, weight=weight, method=self.fusion)
 
     def semantic_matches(
         self, doc: MemoryDocument, scope: Scope, text: str
