@@ -359,14 +359,14 @@ class RecallSettings(_Settings):
         "ranking in the reciprocal-rank fusion (0: lexical only).",
     )
     semantic_expansion_weight: float = Field(
-        0.5,
+        1.0,
         ge=0,
         le=100,
         description="With embeddings, the weight in the fusion of a second text lookup made "
-        "after it, by the query's terms and those of the best fused facts (0: none).",
+        "after it, by the terms of the best fused facts that the query lacks (0: none).",
     )
     semantic_expansion_facts: int = Field(
-        2,
+        1,
         ge=1,
         le=50,
         description="With embeddings, how many of the best fused facts give their terms to "
