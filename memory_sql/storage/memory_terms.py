@@ -38,7 +38,7 @@ from typing import Any
 from ..models import MemoryDocument
 from ..scope import Scope
 from ..text_search import search_text
-from .search import B, K1, MAX_MATCHING
+from .search import K1, MAX_MATCHING, B
 
 OKAPI = "okapi"
 FTS5 = "fts5"
@@ -123,10 +123,14 @@ class MemoryTerms:
     def _index(self, doc: MemoryDocument, scope: Scope) -> _Index:
         with self._lock:
             index = self._indexes.get(scope)
-            if index is not None and index.version == doc.version and doc.version is not None:
-                if len(index.ids) == len(doc.facts):
-                    self._indexes.move_to_end(scope)
-                    return index
+            if (
+                index is not None
+                and doc.version is not None
+                and index.version == doc.version
+                and len(index.ids) == len(doc.facts)
+            ):
+                self._indexes.move_to_end(scope)
+                return index
         index = _build(doc)
         self.builds += 1
         if doc.version is None or len(index.ids) > self.max_facts:
@@ -182,4 +186,3 @@ def _term_frequencies(np: Any, index: _Index, term: str, count: int) -> Any:
     places = np.concatenate([index.postings[word][0] for word in words[start:end]])
     times = np.concatenate([index.postings[word][1] for word in words[start:end]])
     return np.bincount(places, weights=times, minlength=count)
-
