@@ -63,6 +63,9 @@ def model_zip() -> Path:
 class MiniLM:
     """all-MiniLM-L6-v2: texts in, L2-normalised 384-float vectors out (float32)."""
 
+    chunk = 32
+    """Texts per forward pass (of similar lengths: little padding)."""
+
     def __init__(self, archive: Path | None = None) -> None:
         import numpy as np
         from safetensors.numpy import load
@@ -119,8 +122,8 @@ class MiniLM:
             return out
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         with self._lock:
-            for start in range(0, len(order), 32):
-                chunk = order[start : start + 32]
+            for start in range(0, len(order), self.chunk):
+                chunk = order[start : start + self.chunk]
                 out[chunk] = self._forward([texts[i] for i in chunk])
         return out
 
