@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -36,9 +37,13 @@ _SUPPORTED_DRIVERS = ("sqlite", "sqlite+pysqlite", "postgresql+psycopg")
 def resolve_url(url: str | URL | None = None) -> URL:
     """``url``, else ``$MEMORY_SQL_DATABASE_URL``, else a SQLite file in the working directory.
 
-    ``postgresql://`` and ``postgres://`` mean psycopg 3 (``postgresql+psycopg://``).
+    ``postgresql://`` and ``postgres://`` mean psycopg 3 (``postgresql+psycopg://``). A
+    libpq multi-host URL (``…@h1:5432,h2:5432/db?target_session_attrs=read-write``) connects
+    to whichever of its hosts is the primary (docs/replication.md).
     """
     raw = url if url is not None else os.environ.get(URL_ENV) or DEFAULT_DATABASE_URL
+    if isinstance(raw, str):
+        raw = _hosts_as_query(raw)
     try:
         parsed = make_url(raw) if isinstance(raw, str) else raw
     except sa.exc.ArgumentError as exc:
@@ -50,6 +55,23 @@ def resolve_url(url: str | URL | None = None) -> URL:
             f"unsupported database {parsed.drivername!r}: use sqlite:///… or postgresql+psycopg://…"
         )
     return parsed
+
+
+_MULTI_HOST = re.compile(
+    r"(?P<head>[A-Za-z0-9+]+://(?:[^@/?#]*@)?)(?P<hosts>[^/?#]*,[^/?#]*)(?P<tail>.*)"
+)
+
+
+def _hosts_as_query(url: str) -> str:
+    """A libpq multi-host URL (``postgresql://u@h1:5432,h2:5432/db?target_session_attrs=…``)
+    written as SQLAlchemy reads one: each host as a ``host=h:p`` query parameter; libpq then
+    tries them in order (docs/replication.md). Any other URL is returned as it is."""
+    match = _MULTI_HOST.fullmatch(url)
+    if match is None:
+        return url
+    path, _, query = match.group("tail").partition("?")
+    hosts = "&".join(f"host={host.strip()}" for host in match.group("hosts").split(",") if host)
+    return f"{match.group('head')}{path or '/'}?{hosts}{'&' + query if query else ''}"
 
 
 def create_engine(
