@@ -120,7 +120,37 @@ def create_engine(
     connect_args["options"] = f"{connect_args.get('options', '')} {options}".strip()
     engine = sa.create_engine(parsed, **kwargs)
     tenancy.guard_engine(engine, default=tenant_default)
+    if len(parsed.query.get("host", ())) > 1 and not isinstance(parsed.query["host"], str):
+        _note_servers(engine)
     return engine
+
+
+def _note_servers(engine: Engine) -> None:
+    """Log which of a multi-host URL's servers the engine's connections reach, when it
+    changes (a failover): :func:`note_server`."""
+    label = str(redacted(engine.url))
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        info = dbapi_connection.info
+        note_server(label, f"{info.host}:{info.port}")
+
+
+_servers: dict[str, str] = {}
+_servers_lock = threading.Lock()
+
+
+def note_server(url: str, server: str) -> None:
+    """Record that a connection of ``url`` (a multi-host URL, redacted) reached ``server``
+    (``host:port``); log it once when that is not the server its last connection reached: a
+    failover made another host the primary, and every connection now goes there."""
+    with _servers_lock:
+        before = _servers.get(url)
+        _servers[url] = server
+    if before is not None and before != server:
+        logger.warning("database %s: now connected to %s (was %s)", url, server, before)
+    elif before is None:
+        logger.info("database %s: connected to %s", url, server)
 
 
 def _configure_sqlite(engine: Engine) -> None:
