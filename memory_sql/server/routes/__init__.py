@@ -51,7 +51,11 @@ MinVersionHeader = Annotated[
 ]
 MinVersionQuery = Annotated[
     int | None,
-    Query(ge=0, description="The Min-Version header's value, as a query parameter."),
+    Query(
+        alias="min_version",
+        ge=0,
+        description="The Min-Version header's value, as a query parameter.",
+    ),
 ]
 
 _ENTITY_TAG = re.compile(r'\s*(W/)?"(\d{1,12})"\s*')
