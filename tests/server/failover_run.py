@@ -137,11 +137,13 @@ def learned(url: str) -> Counter[str]:
         engine.dispose()
 
 
-def queue_rows(url: str) -> int:
+def queued(url: str) -> set[str]:
+    """The thread ids of the queue's rows (waiting, or leased by a worker before the failover
+    and taken again when the lease runs out)."""
     engine = create_engine(url)
     try:
         with engine.connect() as conn:
-            return int(conn.execute(sa.select(sa.func.count()).select_from(pending)).scalar_one())
+            return set(conn.execute(sa.select(pending.c.thread_id)).scalars())
     finally:
         engine.dispose()
 
@@ -160,7 +162,9 @@ def run_failover(
     """Load the service on ``storage_url``, call ``fail`` (kill the primary and promote a
     standby; returns the moment, ``time.monotonic()``, the new primary took writes), keep the
     load on, then wait until every acknowledged conversation is learned (or
-    ``drain_seconds``) in the database ``check_url()`` names (the new primary's)."""
+    ``drain_seconds``) in the database ``check_url()`` names (the new primary's). An
+    acknowledged conversation neither learned nor queued is lost; one still queued is not
+    (a row leased before the failover waits for its lease, ``lease_seconds``, to run out)."""
     key = prepare(storage_url)
     llm.responder = Learner()
     settings = {
@@ -170,6 +174,7 @@ def run_failover(
         "spool_dir": str(folder / "spool"),
         "max_facts": 10_000,
         "workers": 4,
+        "lease_seconds": 10.0,  # a row leased on the old primary is taken again soon
     }
     figures: dict[str, Any] = {}
     with ServiceProcess(folder, settings) as service, Load(service.base_url, key) as load:
@@ -196,12 +201,14 @@ def run_failover(
             counts = learned(url)
         time.sleep(1.0)  # anything learned twice has had time to show
         counts = learned(url)
-        figures["queue rows left"] = queue_rows(url)
+        waiting = queued(url)
+        figures["queue rows left"] = len(waiting)
         log = service.log
     figures.update(
         acknowledged=len(acknowledged),
         learned=sum(1 for t in acknowledged if counts[t] == 1),
-        lost=sum(1 for t in acknowledged if counts[t] == 0),
+        still_queued=sum(1 for t in acknowledged if counts[t] == 0 and t in waiting),
+        lost=sum(1 for t in acknowledged if counts[t] == 0 and t not in waiting),
         twice=sum(1 for t in counts if counts[t] > 1),
         answers=dict(load.answers),
         llm_calls=llm.responder.calls,  # type: ignore[attr-defined]
