@@ -337,7 +337,7 @@ def _users_page(console: Console, q: str = "") -> Response:
     def read(target: ReadTarget) -> list[UserSummary]:
         with console.caller.acting():
             return ops.list_users(
-                target.engine, tenant_id=console.caller.tenant_id, contains=q, limit=200
+                target.storage, tenant_id=console.caller.tenant_id, contains=q, limit=200
             )
 
     found = console.state.reading.read(read)
@@ -358,7 +358,7 @@ def _user_page(console: Console, user_id: str) -> Response:
     holding facts), else the page listing their agents."""
     caller = console.caller
     with caller.acting():
-        found = ops.list_users(console.state.engine, tenant_id=caller.tenant_id, user_id=user_id)
+        found = ops.list_users(console.state.storage, tenant_id=caller.tenant_id, user_id=user_id)
     if not found:
         return console.failure(404, f"no memory of user {user_id!r}", "No such user")
     user = found[0]
@@ -393,11 +393,11 @@ def _memory_page(
     def read(target: ReadTarget) -> tuple[MemoryDocument, list[UserSummary], list[Fact]]:
         with caller.acting():
             doc = redacted_document(target.storage.load(**scope.arguments()))
-            summary = ops.list_users(target.engine, tenant_id=caller.tenant_id, user_id=user_id)
+            summary = ops.list_users(target.storage, tenant_id=caller.tenant_id, user_id=user_id)
             facts = list(doc.facts)
             if q.strip():
                 found = ops.search_facts(
-                    target.engine,
+                    target.storage,
                     q,
                     tenant_id=caller.tenant_id,
                     user_id=scope.user_id,
@@ -538,7 +538,7 @@ def fact_history(console: SignedIn, user_id: str, fact_id: str, agent: str = "")
 
     def read(target: ReadTarget) -> tuple[list[dict[str, Any]], MemoryDocument]:
         with caller.acting():
-            events, _ = history.change_log(target.engine, scope, fact_id=fact_id, limit=500)
+            events, _ = history.change_log(target.storage, scope, fact_id=fact_id, limit=500)
             return events, redacted_document(target.storage.load(**scope.arguments()))
 
     events, doc = console.state.reading.read(read)
@@ -592,7 +592,7 @@ def forget(console: Posted, user_id: str, confirm: Annotated[str, Form()] = "") 
             raise Refused(400, f"type the user's id ({user_id}) to confirm forgetting them")
         with console.caller.acting():
             return ops.forget_user(
-                console.state.engine, user_id, tenant_id=console.caller.tenant_id
+                console.state.storage, user_id, tenant_id=console.caller.tenant_id
             )
 
     deleted, problem, code = _attempt(apply)
@@ -669,7 +669,7 @@ def _queue_change(
 @router.get("/reports")
 def reports(console: SignedIn, days: Annotated[int, Query(ge=1, le=366)] = 30) -> Response:
     with console.caller.acting():
-        report = build_report(console.state.engine, tenant_id=console.caller.tenant_id, days=days)
+        report = build_report(console.state.storage, tenant_id=console.caller.tenant_id, days=days)
     day_names = [row["day"] for row in report["activity"]]
     fields = ("calls", "failures", "prompt", "completion")
     usage = {day: dict.fromkeys(fields, 0) for day in day_names}

@@ -129,11 +129,11 @@ def list_facts(
             )
             return {scope.agent_name: version}, found
         with caller.acting():
-            versions = ops.memory_versions(target.engine, scope.user_id, tenant_id=scope.tenant_id)
+            versions = ops.memory_versions(target.storage, scope.user_id, tenant_id=scope.tenant_id)
             if not (versions if every_agent else scope.agent_name in versions):
                 raise not_found(f"no memory of user {user_id!r}")
             return versions, ops.search_facts(
-                target.engine,
+                target.storage,
                 q,
                 category=category,
                 min_confidence=min_confidence,
@@ -328,7 +328,7 @@ def _changes(
     def read(target: ReadTarget) -> tuple[list[dict[str, Any]], str | None]:
         with caller.acting():
             found, next_cursor = history.change_log(
-                target.engine, scope, fact_id=fact_id, after=after, limit=limit
+                target.storage, scope, fact_id=fact_id, after=after, limit=limit
             )
         if not found and after is None:
             what = f"fact {fact_id!r}" if fact_id else f"memory of user {user_id!r}"

@@ -205,7 +205,7 @@ def export(
     # 503 rather than a 200 with an empty (or cut) body. A reader holding a version reads the
     # primary (the export spans every memory: no one version to check on the replica).
     def start(target: ReadTarget) -> tuple[Iterator[str], str | None]:
-        lines = ops.iter_jsonl(target.engine, tenant_id=caller.tenant_id)
+        lines = ops.iter_jsonl(target.storage, tenant_id=caller.tenant_id)
         with caller.acting():
             return lines, next(lines, None)
 
@@ -247,7 +247,7 @@ def _import(body: bytes, caller: Caller, state: ServerState) -> dict[str, int]:
 )
 def forget(user_id: str, caller: Admin, state: State) -> Any:
     with caller.acting():
-        deleted = ops.forget_user(state.engine, user_id, tenant_id=caller.tenant_id)
+        deleted = ops.forget_user(state.storage, user_id, tenant_id=caller.tenant_id)
     if not any(deleted.values()):
         raise not_found(f"nothing is stored of user {user_id!r}")
     return {"deleted": deleted}
