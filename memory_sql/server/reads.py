@@ -15,11 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from ..config import MemoryConfig
 from ..database import create_engine
+from ..driver_errors import DATABASE_ERRORS
 from ..errors import StorageError
 from ..recall.context import Recall
 from ..storage import SQLStorage
@@ -29,6 +29,7 @@ from .errors import ApiError
 from .metrics import Metrics
 
 R = TypeVar("R")
+_REPLICA_FAILURES: tuple[type[Exception], ...] = (StorageError, *DATABASE_ERRORS)
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,7 @@ class Reads:
                 raise
             self.chooser.fallback(VERSION)
             return self._on(self.primary, call)
-        except (StorageError, sa.exc.SQLAlchemyError) as exc:
+        except _REPLICA_FAILURES as exc:
             self.chooser.failed(exc)
             return self._on(self.primary, call)
         if min_version is not None and version_of is not None:
