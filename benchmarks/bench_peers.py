@@ -849,7 +849,9 @@ def run_backend(backend: Backend, stack: ExitStack) -> tuple[bool, dict[str, dic
     rows = single_thread_rows(store, lg, floor, facts)
     rows.append(threads_row(store, lg, backend, facts, [f"thread-{t}" for t in range(THREADS)]))
     contended = contention(store, lg, floor, facts)
-    scale = scale_rows(backend, stack) if backend.scale_series else []
+    scale = (
+        scale_rows(backend, stack) if backend.scale_series and "--no-scale" not in sys.argv else []
+    )
 
     print_table(backend.name, rows + scale)
     print("  ratios are of times (< 1: memory_sql faster); on the saves/s row, of rates (> 1)")
@@ -941,7 +943,7 @@ def main() -> int:
     if "--before" in sys.argv:
         return versus_before(sys.argv[sys.argv.index("--before") + 1], sys.argv[1:])
     args = {arg.lower() for arg in sys.argv[1:]}  # e.g. `bench_peers.py sqlite`
-    only = args - {"--idle-states"}
+    only = args - {"--idle-states", "--no-scale"}
     tables: dict[type[Backend], dict[str, dict[str, Figure]]] = {}
     with ExitStack() as run:
         print(run.enter_context(steady_cpus(hold="--idle-states" not in args)))
