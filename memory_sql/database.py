@@ -30,6 +30,10 @@ DEFAULT_DATABASE_URL = "sqlite:///memory_sql.db"
 URL_ENV = "MEMORY_SQL_DATABASE_URL"
 CONNECT_TIMEOUT_SECONDS = 10.0
 STATEMENT_TIMEOUT_SECONDS = 30.0
+PREPARE_THRESHOLD = 5
+"""psycopg's ``prepare_threshold``: a statement run this many times on a connection is
+prepared on the server (parsed and planned once), the driver's own default; None never
+prepares (``database.prepare_threshold``)."""
 _SUPPORTED_DRIVERS = ("sqlite", "sqlite+pysqlite", "postgresql+psycopg")
 
 
@@ -57,6 +61,7 @@ def create_engine(
     *,
     statement_timeout: float | None = STATEMENT_TIMEOUT_SECONDS,
     tenant_default: str = tenancy.ALL_TENANTS,
+    prepare_threshold: int | None = PREPARE_THRESHOLD,
     **kwargs: Any,
 ) -> Engine:
     """A SQLAlchemy engine for ``url`` (see :func:`resolve_url`).
@@ -77,6 +82,8 @@ def create_engine(
     PostgreSQL connections carry the tenant that row-level security lets them see
     (:mod:`memory_sql.tenancy`): the one acted for, else ``tenant_default`` (every tenant, for
     the library and the CLI; :data:`~memory_sql.tenancy.NO_TENANT` for the HTTP service).
+    A statement run ``prepare_threshold`` times on a connection is prepared on the server
+    (None: never; the ``database.prepare_threshold`` setting).
     """
     parsed = resolve_url(url)
     if parsed.get_backend_name() == "sqlite":
@@ -86,7 +93,24 @@ def create_engine(
         return engine
     kwargs.setdefault("pool_recycle", 1800)
     kwargs.setdefault("pool_timeout", CONNECT_TIMEOUT_SECONDS)
-    connect_args = kwargs.setdefault("connect_args", {})
+    kwargs["connect_args"] = postgres_connect_args(
+        kwargs.get("connect_args", {}),
+        statement_timeout=statement_timeout,
+        prepare_threshold=prepare_threshold,
+    )
+    engine = sa.create_engine(parsed, **kwargs)
+    tenancy.guard_engine(engine, default=tenant_default)
+    return engine
+
+
+def postgres_connect_args(
+    given: dict[str, Any], *, statement_timeout: float | None, prepare_threshold: int | None
+) -> dict[str, Any]:
+    """psycopg's connection arguments, all built here (``given`` first, then memory_sql's):
+    a connect timeout, the session's time zone and timeouts, and ``prepare_threshold`` (a
+    setting that must win over every other, such as a pooler's "never prepare", is applied
+    after this)."""
+    connect_args = dict(given)
     connect_args.setdefault("connect_timeout", int(CONNECT_TIMEOUT_SECONDS))
     # Timestamps arrive in UTC, as they are kept: no conversion per value on the way in.
     options = "-c TimeZone=UTC"
@@ -96,9 +120,8 @@ def create_engine(
             f" -c lock_timeout={int(statement_timeout * 1000 / 3)}"
         )
     connect_args["options"] = f"{connect_args.get('options', '')} {options}".strip()
-    engine = sa.create_engine(parsed, **kwargs)
-    tenancy.guard_engine(engine, default=tenant_default)
-    return engine
+    connect_args.setdefault("prepare_threshold", prepare_threshold)
+    return connect_args
 
 
 def _configure_sqlite(engine: Engine) -> None:
