@@ -844,3 +844,43 @@ def test_refused_saves_keep_the_driver_connection(store, scope):
     doc.facts.append(Fact(content="Likes coffee"))
     assert store.save(doc, **scope) == 2
     assert connects == []
+
+
+@pytest.mark.parametrize("facts", [1, 3])
+def test_an_update_writes_only_the_columns_that_changed(store, scope, facts):
+    """A fact's confidence changed: its row's text columns are not written again (a marker
+    put in its searchable text stays), its confidence and update time are; its text changed:
+    the text, key and searchable text are written. One fact (PostgreSQL's one-statement form)
+    and several (the multi-row forms)."""
+    doc = store.load(**scope)
+    doc.facts = [Fact(content=f"Tends bees {i}", confidence=0.9) for i in range(facts)]
+    store.save(doc, **scope)
+    ids = [fact.id for fact in doc.facts]
+    mine = sa.and_(memory_facts.c.user_id == scope["user_id"], memory_facts.c.fact_id.in_(ids))
+    with store.engine.begin() as conn:  # behind the store's back (its cache holds the rows)
+        conn.execute(sa.update(memory_facts).where(mine).values(search_text="marker"))
+
+    def stored() -> list[tuple[str, float, str, str]]:
+        columns = (memory_facts.c.content, memory_facts.c.confidence, memory_facts.c.search_text)
+        query = sa.select(*columns, memory_facts.c.content_key).where(
+            mine, memory_facts.c.valid_to.is_(None)
+        )
+        with store.engine.connect() as conn:
+            return sorted(tuple(row) for row in conn.execute(query))
+
+    doc = store.load(**scope)
+    before = {fact.id: fact.updated_at for fact in doc.facts}
+    doc.facts = [fact.replace(confidence=0.5) for fact in doc.facts]
+    store.save(doc, **scope)
+    assert stored() == [
+        (f"Tends bees {i}", 0.5, "marker", fact_digest(f"Tends bees {i}")) for i in range(facts)
+    ]
+    assert all(f.updated_at > before[f.id] for f in store.load(**scope).facts)
+
+    doc = store.load(**scope)
+    doc.facts = [fact.replace(content=f"Keeps bees {i}") for i, fact in enumerate(doc.facts)]
+    store.save(doc, **scope)
+    rows = stored()
+    assert [row[:2] for row in rows] == [(f"Keeps bees {i}", 0.5) for i in range(facts)]
+    assert all(row[2] != "marker" and "keep" in row[2] for row in rows)
+    assert [row[3] for row in rows] == [fact_digest(f"Keeps bees {i}") for i in range(facts)]
