@@ -31,6 +31,7 @@ from memory_sql.database import create_engine
 from memory_sql.models import Section, fact_digest
 from memory_sql.schema import memory_fact_events, memory_facts, memory_scopes
 from memory_sql.storage import SQLStorage, open_storage
+from memory_sql.storage.dialects import dialect_of
 from memory_sql.storage.driver import DriverConnection, release_idle
 
 
@@ -884,3 +885,27 @@ def test_an_update_writes_only_the_columns_that_changed(store, scope, facts):
     assert [row[:2] for row in rows] == [(f"Keeps bees {i}", 0.5) for i in range(facts)]
     assert all(row[2] != "marker" and "keep" in row[2] for row in rows)
     assert [row[3] for row in rows] == [fact_digest(f"Keeps bees {i}") for i in range(facts)]
+
+
+def test_sqlite_saves_of_one_process_queue_on_its_writers_lock(sqlite_url, scope):
+    """A save on SQLite waits for the process's writers' lock of its file (the threads queue
+    there, not in SQLite's sleeping busy handler), and goes on once it is free; a second
+    storage on the same file shares the lock."""
+    with open_storage(sqlite_url) as store, open_storage(sqlite_url) as other:
+        lock = dialect_of(store.engine).writers(store.engine)
+        assert lock is dialect_of(other.engine).writers(other.engine)
+        saved = threading.Event()
+
+        def save() -> None:
+            doc = other.load(**scope)
+            doc.facts.append(Fact(content="Waited its turn"))
+            other.save(doc, **scope)
+            saved.set()
+
+        with lock:
+            writer = threading.Thread(target=save)
+            writer.start()
+            assert not saved.wait(0.5)  # held back by the lock, not failed
+        writer.join(10)
+        assert saved.is_set()
+        assert [f.content for f in store.load(**scope).facts] == ["Waited its turn"]

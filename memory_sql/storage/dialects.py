@@ -5,8 +5,9 @@ it; nothing else tests which database it is on (``migrations.py`` and the Alembi
 frozen, excepted). A new database is one more subclass here.
 
 - the write transaction: SQLite takes its write lock at ``BEGIN IMMEDIATE`` so a
-  read-then-write transaction waits for other writers instead of failing; PostgreSQL locks
-  rows (:meth:`SQLDialect.lock_rows`, ``FOR UPDATE [SKIP LOCKED]``);
+  read-then-write transaction waits for other writers instead of failing (and the threads of
+  one process queue for it on a lock of their own, :meth:`SQLDialect.writers`); PostgreSQL
+  locks rows (:meth:`SQLDialect.lock_rows`, ``FOR UPDATE [SKIP LOCKED]``);
 - insert-ignore and upsert (``ON CONFLICT``), whose builders are per dialect in SQLAlchemy;
 - whether the database is a file (another process sees it through the file) or a server;
 - the full-text index's match (one memory's facts holding any term, with their text or their
@@ -17,9 +18,12 @@ frozen, excepted). A new database is one more subclass here.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import threading
 import weakref
 from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, cast
 from urllib.parse import unquote, urlsplit
 
@@ -53,6 +57,11 @@ class SQLDialect:
     rather than scores (``fact_id, score``)."""
 
     _insert: Any
+
+    def writers(self, engine: Engine) -> AbstractContextManager[Any]:
+        """What a save holds around its write transaction on ``engine``'s database: nothing
+        where the database queues writers itself (PostgreSQL's row locks)."""
+        return nullcontext()
 
     def insert(self, table: sa.Table) -> Any:
         """The dialect's INSERT (it has ``on_conflict_do_nothing/_update``)."""
@@ -119,6 +128,12 @@ class SQLDialect:
         return sql
 
 
+_WRITERS: dict[str, threading.RLock] = {}
+"""SQLite's writers' locks, by database file (:meth:`SQLite.writers`); never removed (one
+small lock per file a process ever wrote)."""
+_WRITERS_GUARD = threading.Lock()
+
+
 class SQLite(SQLDialect):
     name = "sqlite"
     server = False
@@ -130,6 +145,23 @@ class SQLite(SQLDialect):
 
     def driver_paramstyle(self, dialect: sa.Dialect) -> sa.Dialect:
         return cast("type[DefaultDialect]", type(dialect))(paramstyle="named")
+
+    def writers(self, engine: Engine) -> AbstractContextManager[Any]:
+        """One lock per database file in the process, taken before ``BEGIN IMMEDIATE``: the
+        process's threads queue on it and each is woken as the one before commits, where
+        SQLite's busy handler would have them sleep and poll (1, 2, 5, 10 … ms) for its write
+        lock. Other processes still meet at the file's lock and its busy timeout. Re-entrant:
+        a thread that holds it may write again (SQLite then decides, as without it)."""
+        database = engine.url.database
+        if database in (None, "", ":memory:") or engine.url.query.get("mode") == "memory":
+            key = f"engine:{id(engine)}"
+        else:
+            key = os.path.realpath(database)
+        with _WRITERS_GUARD:
+            lock = _WRITERS.get(key)
+            if lock is None:
+                lock = _WRITERS[key] = threading.RLock()
+        return lock
 
     # The best rows first, by the index alone (its scope term keeps it to the memory's live
     # facts: a closed fact's term differs, revision 0015); then their facts, the scope checked

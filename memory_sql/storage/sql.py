@@ -765,6 +765,7 @@ class SQLStorage(MemoryStorage):
         self._dialect = dialect_of(self.engine)
         self._postgres = self._dialect.server
         self._write_options = self._dialect.write_options
+        self._writers = self._dialect.writers(self.engine)
         self._cache = DocumentCache(cache_scopes)
         dialect = self.engine.dialect
         self._head_sql = driver_statement(_SELECT_HEAD, dialect)
@@ -1056,7 +1057,7 @@ class SQLStorage(MemoryStorage):
         claim = _CLAIM_NEW_SCOPE if expected_version == 0 else _CLAIM_VERSION
         where = {**_scope_params(scope), "now": now}
         where.update(expected=expected_version, created_at=created_at)
-        with self._driver(raising=True) as dbapi:
+        with self._driver(raising=True) as dbapi, self._writers:
             dbapi.execute(self._dialect.begin_write)
             try:
                 if not driver_write(claim, dialect).run(dbapi, [where]).fetchall():
@@ -1152,7 +1153,7 @@ class SQLStorage(MemoryStorage):
     @contextmanager
     def _write_transaction(self, scope: Scope, doc: MemoryDocument) -> Iterator[Connection]:
         """A write transaction (holding SQLite's write lock from its start) saving ``doc``."""
-        with self._errors(scope, doc):
+        with self._errors(scope, doc), self._writers:
             connection = self.engine.connect().execution_options(**self._write_options)
             with connection as conn, conn.begin():
                 yield conn
