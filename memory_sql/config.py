@@ -330,6 +330,36 @@ class SpoolSettings(_Settings):
     )
 
 
+class ReplicaSettings(_Settings):
+    """Read replicas (docs/replication.md): the HTTP service's context, search, facts listing,
+    export, history and console read from a streaming standby whose replay lag is within
+    bounds; writes, the queue and reads that need the newest version go to ``storage``."""
+
+    url: str | None = Field(
+        None,
+        description="A replica's database URL (postgresql+psycopg://…; a libpq multi-host URL "
+        "with target_session_attrs=prefer-standby or read-only); none: every read goes to "
+        "storage.",
+    )
+    max_lag_seconds: float = Field(
+        5.0,
+        ge=0,
+        le=86_400,
+        description="A replica whose replay lag is beyond this many seconds is not read; its "
+        "reads go to storage until it catches up.",
+    )
+    lag_check_seconds: float = Field(
+        1.0,
+        gt=0,
+        le=3_600,
+        description="How long a replica's measured lag is trusted before it is measured again.",
+    )
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        for name, value in super().__repr_args__():
+            yield name, redacted(value) if name == "url" and value is not None else value
+
+
 class UpdateSettings(_Settings):
     """What an update asks the LLM and keeps of its reply (:mod:`memory_sql.update`)."""
 
@@ -701,6 +731,7 @@ SECTIONS: dict[str, type[_Settings]] = {
     "server": ServerSettings,
     "safety": SafetySettings,
     "embedding": EmbeddingSettings,
+    "replicas": ReplicaSettings,
 }
 """The sections of :class:`MemoryConfig`, by name (its fields of the same names)."""
 
@@ -797,6 +828,9 @@ FLAT_KEYS: dict[str, tuple[str, str]] = {
     "embedding_interval_seconds": ("embedding", "interval_seconds"),
     "recall_semantic_weight": ("recall", "semantic_weight"),
     "dedupe_cosine": ("update", "dedupe_cosine"),
+    "replica_url": ("replicas", "url"),
+    "replica_max_lag_seconds": ("replicas", "max_lag_seconds"),
+    "replica_lag_check_seconds": ("replicas", "lag_check_seconds"),
 }
 """Every flat key (an environment variable's name, and a key YAML and ``MemoryConfig(...)``
 accept) of a setting in a section: ``flat key → (section, field)``. The settings outside the
@@ -804,7 +838,7 @@ sections (``enabled``, ``storage``, ``storage_class``, ``auto_migrate``, ``patte
 their own flat keys."""
 _TOP_KEYS = ("enabled", "storage", "storage_class", "auto_migrate", "patterns_dir")
 _FLAT_OF = {place: flat for flat, place in FLAT_KEYS.items()}
-_URL_KEYS = ("storage", "llm_base_url", "embedding_base_url")  # shown through redacted()
+_URL_KEYS = ("storage", "llm_base_url", "embedding_base_url", "replica_url")  # redacted()
 
 
 class MemoryConfig(_Settings):
@@ -869,6 +903,9 @@ class MemoryConfig(_Settings):
     )
     embedding: EmbeddingSettings = Field(
         default_factory=EmbeddingSettings, description=EmbeddingSettings.__doc__
+    )
+    replicas: ReplicaSettings = Field(
+        default_factory=ReplicaSettings, description=ReplicaSettings.__doc__
     )
 
     def reply_token_limit(self) -> int:
@@ -1031,6 +1068,8 @@ class MemoryConfig(_Settings):
         if data["embedding"]["base_url"] is not None:
             data["embedding"]["base_url"] = redacted(data["embedding"]["base_url"])
         data["storage"] = redacted(data["storage"])
+        if data["replicas"]["url"] is not None:
+            data["replicas"]["url"] = redacted(data["replicas"]["url"])
         return data
 
     def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:

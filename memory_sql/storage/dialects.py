@@ -162,6 +162,16 @@ class SQLDialect:
         """``dialect`` compiling named parameters for the driver itself."""
         return dialect
 
+    # replicas -------------------------------------------------------------------------------
+
+    replay_position_sql: str | None = None
+    """On the primary: its current write position (WAL LSN) as text; None where the database
+    has no replicas (SQLite), whose replica lag is then 0."""
+    replica_lag_sql: str | None = None
+    """On a replica, given ``%(primary)s`` (the primary's position, or NULL when it could not
+    be read): seconds its replay trails the primary, 0 when it has replayed that position (or,
+    without one, all it received) or is no standby at all."""
+
     # full-text ------------------------------------------------------------------------------
 
     fts_match_sql: str = ""
@@ -313,6 +323,22 @@ class PostgreSQL(SQLDialect):
     writable_probe = "UPDATE memory_pending_updates SET attempts = attempts WHERE false"
     raw_fts = True
     _insert = staticmethod(postgresql.insert)
+
+    replay_position_sql = "SELECT CAST(pg_current_wal_lsn() AS text)"
+    # Behind the position: as old as the last transaction replayed (its commit time on the
+    # primary), infinitely when none has been (a replica that just started).
+    replica_lag_sql = """
+SELECT CASE
+    WHEN NOT pg_is_in_recovery() THEN 0.0
+    WHEN pg_wal_lsn_diff(
+        COALESCE(CAST(CAST(%(primary)s AS text) AS pg_lsn), pg_last_wal_receive_lsn()),
+        pg_last_wal_replay_lsn()
+    ) <= 0 THEN 0.0
+    ELSE COALESCE(
+        EXTRACT(EPOCH FROM clock_timestamp() - pg_last_xact_replay_timestamp()),
+        'Infinity'
+    )::float8
+END"""
 
     def engine_arguments(
         self,

@@ -753,10 +753,17 @@ class SQLStorage(MemoryStorage):
     capabilities = SQL_CAPABILITIES
 
     def __init__(
-        self, engine_or_url: Engine | str | URL, *, cache_scopes: int = DEFAULT_CACHE_SCOPES
+        self,
+        engine_or_url: Engine | str | URL,
+        *,
+        cache_scopes: int = DEFAULT_CACHE_SCOPES,
+        check_schema: bool = True,
     ) -> None:
+        """``check_schema=False`` skips the check that an engine's database is at the schema
+        head (a read replica, which may be unreachable when the service starts)."""
         if isinstance(engine_or_url, Engine):
-            ensure_at_head(engine_or_url)
+            if check_schema:
+                ensure_at_head(engine_or_url)
             self.engine = engine_or_url
             self._owns_engine = False
         else:
