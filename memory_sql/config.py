@@ -294,6 +294,19 @@ class QueueSettings(_Settings):
         return self
 
 
+class DatabaseSettings(_Settings):
+    """How memory_sql talks to its PostgreSQL database (SQLite ignores this section)."""
+
+    prepare_threshold: int | None = Field(
+        5,
+        ge=0,
+        le=1_000_000,
+        description="Executions of one statement on a connection before psycopg prepares it on "
+        "the server (parsed and planned once; 0: at once); empty: never (a pooler that does not "
+        "keep prepared statements).",
+    )
+
+
 class SpoolSettings(_Settings):
     """Conversations kept on local disk while the queue's database cannot take them
     (:mod:`memory_sql.queue.spool`); past its bounds a conversation is refused, not dropped."""
@@ -721,6 +734,7 @@ SECTIONS: dict[str, type[_Settings]] = {
     "llm": LLMSettings,
     "tokens": TokenSettings,
     "queue": QueueSettings,
+    "database": DatabaseSettings,
     "spool": SpoolSettings,
     "update": UpdateSettings,
     "recall": RecallSettings,
@@ -759,6 +773,7 @@ FLAT_KEYS: dict[str, tuple[str, str]] = {
     "sweep_interval_seconds": ("queue", "sweep_interval_seconds"),
     "queue_max_row_messages": ("queue", "max_row_messages"),
     "queue_max_row_bytes": ("queue", "max_row_bytes"),
+    "database_prepare_threshold": ("database", "prepare_threshold"),
     "spool_max_conversations": ("spool", "max_conversations"),
     "spool_max_per_tenant": ("spool", "max_per_tenant"),
     "spool_retry_seconds": ("spool", "retry_seconds"),
@@ -874,6 +889,9 @@ class MemoryConfig(_Settings):
     llm: LLMSettings = Field(default_factory=LLMSettings, description=LLMSettings.__doc__)
     tokens: TokenSettings = Field(default_factory=TokenSettings, description=TokenSettings.__doc__)
     queue: QueueSettings = Field(default_factory=QueueSettings, description=QueueSettings.__doc__)
+    database: DatabaseSettings = Field(
+        default_factory=DatabaseSettings, description=DatabaseSettings.__doc__
+    )
     spool: SpoolSettings = Field(default_factory=SpoolSettings, description=SpoolSettings.__doc__)
     update: UpdateSettings = Field(
         default_factory=UpdateSettings, description=UpdateSettings.__doc__

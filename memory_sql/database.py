@@ -31,6 +31,10 @@ DEFAULT_DATABASE_URL = "sqlite:///memory_sql.db"
 URL_ENV = "MEMORY_SQL_DATABASE_URL"
 CONNECT_TIMEOUT_SECONDS = 10.0
 STATEMENT_TIMEOUT_SECONDS = 30.0
+PREPARE_THRESHOLD = 5
+"""psycopg's ``prepare_threshold``: a statement run this many times on a connection is
+prepared on the server (parsed and planned once), the driver's own default; None never
+prepares (``database.prepare_threshold``)."""
 
 
 def resolve_url(url: str | URL | None = None) -> URL:
@@ -80,6 +84,7 @@ def create_engine(
     *,
     statement_timeout: float | None = STATEMENT_TIMEOUT_SECONDS,
     tenant_default: str = tenancy.ALL_TENANTS,
+    prepare_threshold: int | None = PREPARE_THRESHOLD,
     **kwargs: Any,
 ) -> Engine:
     """A SQLAlchemy engine for ``url`` (see :func:`resolve_url`).
@@ -100,6 +105,8 @@ def create_engine(
     PostgreSQL connections carry the tenant that row-level security lets them see
     (:mod:`memory_sql.tenancy`): the one acted for, else ``tenant_default`` (every tenant, for
     the library and the CLI; :data:`~memory_sql.tenancy.NO_TENANT` for the HTTP service).
+    A statement run ``prepare_threshold`` times on a connection is prepared on the server
+    (None: never; the ``database.prepare_threshold`` setting).
 
     Each database's arguments and connection setup are its dialect's
     (:meth:`~memory_sql.storage.dialects.SQLDialect.engine_arguments`,
@@ -111,7 +118,10 @@ def create_engine(
     parsed = resolve_url(url)
     dialect = dialect_of(parsed)
     kwargs = dialect.engine_arguments(
-        kwargs, statement_timeout=statement_timeout, connect_timeout=CONNECT_TIMEOUT_SECONDS
+        kwargs,
+        statement_timeout=statement_timeout,
+        connect_timeout=CONNECT_TIMEOUT_SECONDS,
+        prepare_threshold=prepare_threshold,
     )
     engine = sa.create_engine(parsed, **kwargs)
     dialect.prepare_engine(engine, tenant_default=tenant_default)

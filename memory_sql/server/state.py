@@ -122,7 +122,10 @@ def _ready_engine(config: MemoryConfig) -> Engine:
             key="storage",
         )
     engine = create_engine(
-        config.storage, tenant_default=NO_TENANT, pool_size=max(10, config.queue.workers + 8)
+        config.storage,
+        tenant_default=NO_TENANT,
+        pool_size=max(10, config.queue.workers + 8),
+        prepare_threshold=config.database.prepare_threshold,
     )
     try:
         migrations.prepare_schema(engine, auto_migrate=config.auto_migrate)
