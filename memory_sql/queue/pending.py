@@ -63,18 +63,20 @@ from ..intake.signals import Signals
 from ..models import utcnow
 from ..schema import memory_pending_updates as pending
 from ..scope import Scope
+from ..storage import queue_rows as rows_sql
+from ..storage import watermarks
 from ..storage.dialects import dialect_of
 from ..storage.queue_rows import count_statement
+from ..storage.watermarks import Mark
 from ..tenancy import ALL_TENANTS, acting_for
 
 logger = logging.getLogger(__name__)
 
 MAX_BACKOFF_SECONDS = 3600.0
-_MEMORY = (pending.c.tenant_id, pending.c.user_id, pending.c.agent_name)
-_KEY = (*_MEMORY, pending.c.thread_id)
+_MEMORY = rows_sql.MEMORY
+_KEY = rows_sql.KEY
 # The first key of PostgreSQL's two-key advisory locks taken by claims ("ms" for memory_sql).
 _ADVISORY_LOCK_CLASS = 0x6D73
-_sibling = pending.alias("sibling")
 _SELECT_FOR_ADD = sa.select(
     pending.c.first_enqueued_at,
     pending.c.correction,
@@ -98,6 +100,11 @@ class PendingUpdate:
     attempts: int
     reply: str | None = None
     """A parsed LLM reply (JSON) left by a run that lost to version conflicts."""
+    mark: Mark | None = None
+    """The thread's watermark, read with the claim (when ``mark_read``)."""
+    mark_read: bool = False
+    """Whether the claim read the watermark (the queue's database has the table): then
+    ``mark`` is it, and the run need not read it again."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +151,8 @@ class UpdateQueue:
         """Messages cut from rows over the caps since start (oldest first)."""
         self._trim_lock = threading.Lock()
         self._dialect = dialect_of(engine)
+        self._with_marks: bool | None = None
+        """Whether claims read the rows' watermarks (None: not looked yet)."""
 
     # enqueue ---------------------------------------------------------------------------------
 
@@ -334,6 +343,9 @@ class UpdateQueue:
         if limit <= 0:
             return []
         now = now or utcnow()
+        if self._with_marks is None:  # an older schema has no watermarks to read
+            with database_errors(self.engine, "update queue"):
+                self._with_marks = watermarks.has_table(self.engine)
         claimed: list[PendingUpdate] = []
         with self._transaction() as conn:
             while len(claimed) < limit:
@@ -369,24 +381,11 @@ class UpdateQueue:
         self, limit: int, now: datetime, skipped: list[tuple[str, str, str]]
     ) -> sa.Select[Any]:
         """Due, unleased rows of memories with no live lease, but the ``skipped`` ones, in
-        due order (read along the index, which stops at ``limit``: each memory's first row is
-        one of its earliest due)."""
-        query = (
-            sa.select(*_KEY, pending.c.kind, pending.c.messages, pending.c.correction)
-            .add_columns(pending.c.reinforcement, pending.c.generation, pending.c.attempts)
-            .add_columns(pending.c.reply)
-            .where(
-                pending.c.status == "pending",
-                pending.c.due_at <= now,
-                _unleased(now),
-                ~_memory_leased(now),
-            )
-            .order_by(pending.c.due_at)
-            .limit(limit)
+        due order, with their threads' watermarks (:func:`~memory_sql.storage.queue_rows.
+        claimable`)."""
+        return rows_sql.claimable(
+            self._dialect, limit, now, skipped, with_marks=bool(self._with_marks)
         )
-        if skipped:
-            query = query.where(sa.tuple_(*_MEMORY).not_in(skipped))
-        return self._dialect.lock_rows(query, of=pending, skip_locked=True)
 
     def _still_free(self, conn: Connection, rows: Sequence[Any], now: datetime) -> list[Any]:
         """``rows`` whose memory this transaction could lock and that no concurrent claim
@@ -401,13 +400,7 @@ class UpdateQueue:
         if not rows:
             return []
         memories = [(row.tenant_id, row.user_id, row.agent_name) for row in rows]
-        leased = set(
-            conn.execute(
-                sa.select(*_MEMORY)
-                .where(sa.tuple_(*_MEMORY).in_(memories), pending.c.lease_until >= now)
-                .distinct()
-            ).all()
-        )
+        leased = set(conn.execute(rows_sql.leased_memories(memories, now)).all())
         return [row for row, memory in zip(rows, memories, strict=True) if memory not in leased]
 
     def _lease(
@@ -446,6 +439,7 @@ class UpdateQueue:
                 .values(status="failed", last_error=problem, lease_owner=None, lease_until=None)
             )
             return None
+        mark_key = getattr(row, "mark_key", None)
         return PendingUpdate(
             scope=scope,
             thread_id=row.thread_id,
@@ -455,6 +449,8 @@ class UpdateQueue:
             generation=row.generation,
             attempts=row.attempts + 1,
             reply=row.reply,
+            mark=Mark(mark_key, row.mark_position) if mark_key is not None else None,
+            mark_read=bool(self._with_marks),
         )
 
     @reconnecting
@@ -481,23 +477,31 @@ class UpdateQueue:
         with self._transaction() as conn:
             return self.complete_on(conn, item)
 
-    def complete_on(self, conn: Connection, item: PendingUpdate) -> bool:
+    def complete_on(self, conn: Connection, item: PendingUpdate, mark: Mark | None = None) -> bool:
         """Complete ``item``'s row on ``conn``, inside the caller's transaction (the memory
         save's, when the memory shares this database): delete it, unless a newer conversation
         arrived meanwhile (then the row stays, released, for the next run). True if deleted.
+        ``mark``: also store it as the thread's watermark (in the same statement where the
+        database writes in CTEs).
 
         Raises:
             LeaseLostError: the row is no longer leased to this owner (its lease ran out and
                 another worker took it): the caller's transaction must roll back.
         """
-        deleted = conn.execute(
-            _DELETE_RUN,
-            {
-                **_by_key(item.scope, item.thread_id, item.kind),
-                "generation": item.generation,
-                "owner": self.owner,
-            },
-        ).rowcount
+        parameters = {
+            **_by_key(item.scope, item.thread_id, item.kind),
+            "generation": item.generation,
+            "owner": self.owner,
+        }
+        statement: Any = _DELETE_RUN
+        if mark is not None and self._dialect.writes_in_ctes:
+            statement = rows_sql.delete_run_moving_mark(self._dialect)
+            parameters.update(
+                message_key=mark.message_key, position=mark.position, updated_at=utcnow()
+            )
+        elif mark is not None:
+            watermarks.move_on(conn, item.scope, item.thread_id, mark)
+        deleted = conn.execute(statement, parameters).rowcount
         if deleted:
             return True
         # A newer conversation arrived during the run: it waits its own debounce, and the
@@ -705,27 +709,13 @@ def _is_key(key: dict[str, str]) -> sa.ColumnElement[bool]:
     return sa.and_(*(pending.c[name] == value for name, value in key.items()))
 
 
-# The hot statements of a run, built once (their parameters named key_<column>, owner, …).
-_KEY_COLUMNS = ("tenant_id", "user_id", "agent_name", "thread_id", "kind")
-_IS_BOUND_KEY = sa.and_(*(pending.c[name] == sa.bindparam(f"key_{name}") for name in _KEY_COLUMNS))
-_LEASE = (
-    sa.update(pending)
-    .where(_IS_BOUND_KEY)
-    .values(
-        lease_owner=sa.bindparam("owner"),
-        lease_until=sa.bindparam("until"),
-        attempts=pending.c.attempts + 1,
-    )
-)
-_DELETE_RUN = sa.delete(pending).where(
-    _IS_BOUND_KEY,
-    pending.c.generation == sa.bindparam("generation"),
-    pending.c.lease_owner == sa.bindparam("owner"),
-)
+_LEASE = rows_sql.LEASE
+_DELETE_RUN = rows_sql.DELETE_RUN
 
 
 def _by_key(scope: Scope, thread_id: str, kind: str) -> dict[str, Any]:
-    """The parameters of :data:`_IS_BOUND_KEY` for one row."""
+    """The parameters of the key in :data:`~memory_sql.storage.queue_rows.LEASE` and the other
+    statements of a run, for one row."""
     return {f"key_{name}": value for name, value in _key_values(scope, thread_id, kind).items()}
 
 
@@ -733,20 +723,8 @@ def _leased(lease_until: datetime | None, now: datetime) -> bool:
     return lease_until is not None and lease_until >= now
 
 
-def _unleased(now: datetime) -> sa.ColumnElement[bool]:
-    return sa.or_(pending.c.lease_until.is_(None), pending.c.lease_until < now)
-
-
-def _memory_leased(now: datetime) -> sa.ColumnElement[bool]:
-    """Some row of the same memory (tenant, user, agent) is under an unexpired lease.
-
-    Asked as membership in the few memories being updated (found through the lease index),
-    not as a correlated EXISTS: that would read every sibling of every due row, quadratic in
-    the rows of one busy user."""
-    running = sa.select(_sibling.c.tenant_id, _sibling.c.user_id, _sibling.c.agent_name).where(
-        _sibling.c.lease_until >= now
-    )
-    return sa.tuple_(*_MEMORY).in_(running)
+_unleased = rows_sql.unleased
+_memory_leased = rows_sql.memory_leased
 
 
 def _memory_lock_id(row: Any) -> int:

@@ -8,6 +8,7 @@ whose ``None`` parts match any value (``agent`` ``""`` is the unnamed agents').
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
@@ -17,7 +18,9 @@ from sqlalchemy.engine import Engine
 
 from ..database import database_errors
 from ..schema import memory_pending_updates as pending
-from .dialects import dialect_of
+from ..schema import memory_watermarks as marks
+from . import watermarks
+from .dialects import SQLDialect, dialect_of
 
 KeyPattern = tuple[str, str, str | None, str | None, str | None]
 """(tenant, user, agent, thread, kind); None matches any value."""
@@ -177,3 +180,104 @@ def rows_of_threads(engine: Engine, keys: Sequence[tuple[str, str, str, str]]) -
                 )
             )
     return found
+
+
+# A worker's run ----------------------------------------------------------------------------
+# The statements of a claim and a completion (memory_sql.queue.pending), built once; their
+# parameters are named key_<column> (the row's key), owner, until, generation, and for the
+# watermark message_key, position, updated_at (the key parameters are the watermark's too).
+
+KEY_COLUMNS = ("tenant_id", "user_id", "agent_name", "thread_id", "kind")
+MEMORY = (pending.c.tenant_id, pending.c.user_id, pending.c.agent_name)
+KEY = (*MEMORY, pending.c.thread_id)
+_sibling = pending.alias("sibling")
+_IS_BOUND_KEY = sa.and_(*(pending.c[name] == sa.bindparam(f"key_{name}") for name in KEY_COLUMNS))
+LEASE = (
+    sa.update(pending)
+    .where(_IS_BOUND_KEY)
+    .values(
+        lease_owner=sa.bindparam("owner"),
+        lease_until=sa.bindparam("until"),
+        attempts=pending.c.attempts + 1,
+    )
+)
+"""Lease one row (by its key) to ``owner`` until ``until``, counting the attempt."""
+DELETE_RUN = sa.delete(pending).where(
+    _IS_BOUND_KEY,
+    pending.c.generation == sa.bindparam("generation"),
+    pending.c.lease_owner == sa.bindparam("owner"),
+)
+"""Delete a completed row: still of the run's ``generation`` and leased to ``owner``."""
+
+
+@functools.cache
+def delete_run_moving_mark(dialect: SQLDialect) -> Any:
+    """:data:`DELETE_RUN` with the thread's watermark upsert in a CTE: both in one round trip
+    (databases that write in CTEs, :attr:`SQLDialect.writes_in_ctes`). The CTE always runs,
+    whether or not the row is deleted, as the watermark moved before the delete did."""
+    moved = watermarks.upsert(dialect).returning(marks.c.position).cte("moved")
+    return DELETE_RUN.add_cte(moved)
+
+
+def unleased(now: datetime) -> sa.ColumnElement[bool]:
+    return sa.or_(pending.c.lease_until.is_(None), pending.c.lease_until < now)
+
+
+def memory_leased(now: datetime) -> sa.ColumnElement[bool]:
+    """Some row of the same memory (tenant, user, agent) is under an unexpired lease.
+
+    Asked as membership in the few memories being updated (found through the lease index),
+    not as a correlated EXISTS: that would read every sibling of every due row, quadratic in
+    the rows of one busy user."""
+    running = sa.select(_sibling.c.tenant_id, _sibling.c.user_id, _sibling.c.agent_name).where(
+        _sibling.c.lease_until >= now
+    )
+    return sa.tuple_(*MEMORY).in_(running)
+
+
+def claimable(
+    dialect: SQLDialect,
+    limit: int,
+    now: datetime,
+    skipped: list[tuple[str, str, str]],
+    *,
+    with_marks: bool,
+) -> sa.Select[Any]:
+    """Due, unleased rows of memories with no live lease, but the ``skipped`` ones, in due
+    order (read along the ``(status, due_at)`` index, which stops at ``limit``), locked and
+    skipping rows another claim locked. ``with_marks``: each with its thread's watermark
+    (``mark_key``, ``mark_position``, NULL when it has none) read by a LEFT JOIN, so the run
+    needs no statement of its own to read it."""
+    query = (
+        sa.select(*KEY, pending.c.kind, pending.c.messages, pending.c.correction)
+        .add_columns(pending.c.reinforcement, pending.c.generation, pending.c.attempts)
+        .add_columns(pending.c.reply)
+        .where(
+            pending.c.status == "pending",
+            pending.c.due_at <= now,
+            unleased(now),
+            ~memory_leased(now),
+        )
+        .order_by(pending.c.due_at)
+        .limit(limit)
+    )
+    if with_marks:
+        joined = pending.outerjoin(
+            marks,
+            sa.and_(*(marks.c[name] == pending.c[name] for name in KEY_COLUMNS[:4])),
+        )
+        query = query.select_from(joined).add_columns(
+            marks.c.message_key.label("mark_key"), marks.c.position.label("mark_position")
+        )
+    if skipped:
+        query = query.where(sa.tuple_(*MEMORY).not_in(skipped))
+    return dialect.lock_rows(query, of=pending, skip_locked=True)
+
+
+def leased_memories(memories: Sequence[tuple[str, str, str]], now: datetime) -> sa.Select[Any]:
+    """Which of ``memories`` have a row under an unexpired lease."""
+    return (
+        sa.select(*MEMORY)
+        .where(sa.tuple_(*MEMORY).in_(memories), pending.c.lease_until >= now)
+        .distinct()
+    )
