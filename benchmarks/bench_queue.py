@@ -277,6 +277,20 @@ def serve_until_stopped(url, llm_base_url, workers, stop, ready, results) -> Non
     results.put((os.getpid(), status))
 
 
+def serve_llm(stop, ready) -> None:
+    """The scripted LLM in a process of its own for :func:`concurrent` (in the intake's
+    process it would share that process's interpreter lock with the 16 intake threads):
+    reports its base URL, answers until ``stop`` is set."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from llm_server import ScriptedLLM
+    from test_service import learn
+
+    with ScriptedLLM() as llm:
+        llm.responder = learn
+        ready.put(llm.base_url)
+        stop.wait()
+
+
 CONCURRENT_KEYS = 1000
 
 
@@ -290,8 +304,7 @@ def concurrent(url: str, runs: int, workers: int) -> None:
     import threading
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    from llm_server import ScriptedLLM
-    from test_service import chat, learn
+    from test_service import chat
 
     from memory_sql import MemoryConfig
     from memory_sql.service import MemoryService
@@ -314,61 +327,62 @@ def concurrent(url: str, runs: int, workers: int) -> None:
         f"{CONCURRENT_KEYS} conversations of as many users while 2 worker processes x "
         f"{workers} threads learn them; an LLM that answers at once)"
     )
-    with ScriptedLLM() as llm:
-        llm.responder = learn
-        config = MemoryConfig(
-            storage=url,
-            model_name="m",
-            llm_base_url=llm.base_url,
-            llm_api_key="k",
-            debounce_seconds=0,
-            token_counting=False,
+    spawn = multiprocessing.get_context("spawn")
+    stop, ready, results = spawn.Event(), spawn.Queue(), spawn.Queue()
+    llm_process = spawn.Process(target=serve_llm, args=(stop, ready))
+    llm_process.start()
+    base_url = ready.get(timeout=120)
+    config = MemoryConfig(
+        storage=url,
+        model_name="m",
+        llm_base_url=base_url,
+        llm_api_key="k",
+        debounce_seconds=0,
+        token_counting=False,
+    )
+    processes = [
+        spawn.Process(
+            target=serve_until_stopped,
+            args=(url, base_url, workers, stop, ready, results),
         )
-        spawn = multiprocessing.get_context("spawn")
-        stop, ready, results = spawn.Event(), spawn.Queue(), spawn.Queue()
-        processes = [
-            spawn.Process(
-                target=serve_until_stopped,
-                args=(url, llm.base_url, workers, stop, ready, results),
+        for _ in range(2)
+    ]
+    for process in processes:
+        process.start()
+    for _ in processes:
+        ready.get(timeout=120)
+    ratios = []
+    with MemoryService(config, start=False) as service:
+        for n in range(40):  # a warm-up: each process imports openai, builds its client
+            service.after_agent(chat("tea"), thread_id="t", user_id=f"warm-{n}")
+        wait_empty(120)
+        for run in range(runs):
+
+            def post(start: int, run: int = run) -> None:
+                for n in range(start, CONCURRENT_KEYS, 16):
+                    service.after_agent(chat(f"tea{n}"), thread_id="t", user_id=f"r{run}-{n}")
+
+            threads = [threading.Thread(target=post, args=(n,)) for n in range(16)]
+            started = time.monotonic()
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            window = time.monotonic() - started
+            backlog = left()
+            after = wait_empty(300)
+            intake = CONCURRENT_KEYS / window
+            drain = (CONCURRENT_KEYS - backlog) / window
+            ratios.append(drain / intake)
+            print(
+                f"  run {run + 1}: intake {intake:6.0f}/s   drain {drain:6.0f}/s   "
+                f"drain / intake {drain / intake:5.2f}   backlog {backlog:4d}, "
+                f"emptied {after:5.2f} s later   load {_loadavg()}"
             )
-            for _ in range(2)
-        ]
-        for process in processes:
-            process.start()
-        for _ in processes:
-            ready.get(timeout=120)
-        ratios = []
-        with MemoryService(config, start=False) as service:
-            for n in range(40):  # a warm-up: each process imports openai, builds its client
-                service.after_agent(chat("tea"), thread_id="t", user_id=f"warm-{n}")
-            wait_empty(120)
-            for run in range(runs):
-
-                def post(start: int, run: int = run) -> None:
-                    for n in range(start, CONCURRENT_KEYS, 16):
-                        service.after_agent(chat(f"tea{n}"), thread_id="t", user_id=f"r{run}-{n}")
-
-                threads = [threading.Thread(target=post, args=(n,)) for n in range(16)]
-                started = time.monotonic()
-                for thread in threads:
-                    thread.start()
-                for thread in threads:
-                    thread.join()
-                window = time.monotonic() - started
-                backlog = left()
-                after = wait_empty(300)
-                intake = CONCURRENT_KEYS / window
-                drain = (CONCURRENT_KEYS - backlog) / window
-                ratios.append(drain / intake)
-                print(
-                    f"  run {run + 1}: intake {intake:6.0f}/s   drain {drain:6.0f}/s   "
-                    f"drain / intake {drain / intake:5.2f}   backlog {backlog:4d}, "
-                    f"emptied {after:5.2f} s later   load {_loadavg()}"
-                )
-        stop.set()
-        statuses = [results.get(timeout=60)[1] for _ in processes]
-        for process in processes:
-            process.join(30)
+    stop.set()
+    statuses = [results.get(timeout=60)[1] for _ in processes]
+    for process in [*processes, llm_process]:
+        process.join(30)
     engine.dispose()
     done = sum(status["completed"] for status in statuses)
     print(
@@ -389,8 +403,8 @@ def round_trips(url: str, updates: int = 200) -> None:
     from test_service import chat, learn
 
     from memory_sql import MemoryConfig
-    from memory_sql.service import MemoryService
     from memory_sql.models import utcnow
+    from memory_sql.service import MemoryService
     from memory_sql.storage.capabilities import sql_engine
 
     migrations.upgrade(url)
