@@ -107,6 +107,10 @@ class PendingUpdate:
     ``mark`` is it, and the run need not read it again."""
 
 
+_SKIPPED: Any = object()
+"""In :meth:`UpdateQueue._lease`'s answer: a row left out, its memory leased elsewhere."""
+
+
 @dataclass(frozen=True)
 class Enqueued:
     """One conversation for :meth:`UpdateQueue.add_many`: what :meth:`UpdateQueue.add` takes."""
@@ -351,9 +355,9 @@ class UpdateQueue:
             while len(claimed) < limit:
                 rows = self._first_of_memories(conn, limit - len(claimed), now)
                 if self._dialect.locks_rows() and rows:
-                    rows = self._still_free(conn, rows, now)
+                    rows = self._still_free(conn, rows)
                 items = self._lease(conn, rows, now)
-                claimed.extend(item for item in items if item is not None)
+                claimed.extend(item for item in items if item is not None and item is not _SKIPPED)
                 if None not in items:
                     break
                 # Rows that cannot run were marked failed: their memories' next rows may run.
@@ -387,35 +391,48 @@ class UpdateQueue:
             self._dialect, limit, now, skipped, with_marks=bool(self._with_marks)
         )
 
-    def _still_free(self, conn: Connection, rows: Sequence[Any], now: datetime) -> list[Any]:
-        """``rows`` whose memory this transaction could lock and that no concurrent claim
-        leased meanwhile (PostgreSQL). The lock is held until this claim commits; the check
-        after it is a new statement, so it sees every lease committed before the lock."""
+    def _still_free(self, conn: Connection, rows: Sequence[Any]) -> list[Any]:
+        """``rows`` whose memory this transaction could lock (PostgreSQL). The lock is held
+        until this claim commits; the lease that follows is a new statement, so its check of
+        the memory (no row leased elsewhere) sees every lease committed before the lock."""
         locks = [
             sa.func.pg_try_advisory_xact_lock(_ADVISORY_LOCK_CLASS, _memory_lock_id(row))
             for row in rows
         ]
         got = conn.execute(sa.select(*locks)).one()
-        rows = [row for row, locked in zip(rows, got, strict=True) if locked]
-        if not rows:
-            return []
-        memories = [(row.tenant_id, row.user_id, row.agent_name) for row in rows]
-        leased = set(conn.execute(rows_sql.leased_memories(memories, now)).all())
-        return [row for row, memory in zip(rows, memories, strict=True) if memory not in leased]
+        return [row for row, locked in zip(rows, got, strict=True) if locked]
 
     def _lease(
         self, conn: Connection, rows: Sequence[Any], now: datetime
     ) -> list[PendingUpdate | None]:
         """Lease the claimable ``rows`` (one statement for all), marking failed those that
-        cannot run (``None`` in their place)."""
+        cannot run (``None`` in their place). On PostgreSQL the lease also checks that no
+        concurrent claim leased another row of the memory meanwhile: rows it skips for that
+        are left out."""
         items = [self._item_of(conn, row) for row in rows]
-        leased = [_by_key(item.scope, item.thread_id, item.kind) for item in items if item]
-        if leased:
-            until = now + self.lease
-            for parameters in leased:
-                parameters.update(owner=self.owner, until=until)
-            conn.execute(_LEASE, leased)
-        return items
+        runnable = [item for item in items if item is not None]
+        if not runnable:
+            return items
+        keys = [
+            (item.scope.tenant_id, item.scope.user_id, item.scope.agent_key, item.thread_id)
+            + (item.kind,)
+            for item in runnable
+        ]
+        leased = set(
+            conn.execute(
+                rows_sql.lease(keys, now, check_memories=self._dialect.locks_rows()),
+                {"owner": self.owner, "until": now + self.lease},
+            ).all()
+        )
+        return [
+            item
+            if item is None
+            or (item.scope.tenant_id, item.scope.user_id, item.scope.agent_key)
+            + (item.thread_id, item.kind)
+            in leased
+            else _SKIPPED
+            for item in items
+        ]
 
     def _item_of(self, conn: Connection, row: Any) -> PendingUpdate | None:
         """The claimable ``row`` as the update it leases to, or ``None`` having marked it failed
@@ -611,20 +628,7 @@ class UpdateQueue:
         lease on it."""
         now = now or utcnow()
         with self._connection() as conn:
-            # A row of a memory with a row leased waits for that run: for ours, its end
-            # wakes the worker; for another process's, the end of that lease does (below).
-            unleased = conn.execute(
-                sa.select(sa.func.min(pending.c.due_at)).where(
-                    pending.c.status == "pending", _unleased(now), ~_memory_leased(now)
-                )
-            ).scalar()
-            lease_end = conn.execute(
-                sa.select(sa.func.min(pending.c.lease_until)).where(
-                    pending.c.status == "pending",
-                    pending.c.lease_until >= now,
-                    pending.c.lease_owner != self.owner,  # our own runs renew their leases
-                )
-            ).scalar()
+            unleased, lease_end = conn.execute(rows_sql.next_due(now, self.owner)).one()
         times = [t for t in (unleased, lease_end) if t is not None]
         return min(times) if times else None
 
@@ -709,13 +713,12 @@ def _is_key(key: dict[str, str]) -> sa.ColumnElement[bool]:
     return sa.and_(*(pending.c[name] == value for name, value in key.items()))
 
 
-_LEASE = rows_sql.LEASE
 _DELETE_RUN = rows_sql.DELETE_RUN
 
 
 def _by_key(scope: Scope, thread_id: str, kind: str) -> dict[str, Any]:
-    """The parameters of the key in :data:`~memory_sql.storage.queue_rows.LEASE` and the other
-    statements of a run, for one row."""
+    """The parameters of the key (``key_<column>``) in the statements of a run
+    (:mod:`memory_sql.storage.queue_rows`), for one row."""
     return {f"key_{name}": value for name, value in _key_values(scope, thread_id, kind).items()}
 
 

@@ -192,16 +192,28 @@ MEMORY = (pending.c.tenant_id, pending.c.user_id, pending.c.agent_name)
 KEY = (*MEMORY, pending.c.thread_id)
 _sibling = pending.alias("sibling")
 _IS_BOUND_KEY = sa.and_(*(pending.c[name] == sa.bindparam(f"key_{name}") for name in KEY_COLUMNS))
-LEASE = (
-    sa.update(pending)
-    .where(_IS_BOUND_KEY)
-    .values(
-        lease_owner=sa.bindparam("owner"),
-        lease_until=sa.bindparam("until"),
-        attempts=pending.c.attempts + 1,
+
+
+def lease(keys: Sequence[tuple[str, ...]], now: datetime, *, check_memories: bool) -> Any:
+    """Lease the rows of ``keys`` (tenant, user, agent, thread, kind) to ``owner`` until
+    ``until`` (parameters), counting the attempt; returns the keys leased. ``check_memories``:
+    skip a row whose memory has another row under a live lease (a concurrent claim's,
+    committed before this statement began)."""
+    statement = (
+        sa.update(pending)
+        .where(sa.tuple_(*KEY, pending.c.kind).in_(keys))
+        .values(
+            lease_owner=sa.bindparam("owner"),
+            lease_until=sa.bindparam("until"),
+            attempts=pending.c.attempts + 1,
+        )
+        .returning(*KEY, pending.c.kind)
     )
-)
-"""Lease one row (by its key) to ``owner`` until ``until``, counting the attempt."""
+    if check_memories:
+        statement = statement.where(~memory_leased(now))
+    return statement
+
+
 DELETE_RUN = sa.delete(pending).where(
     _IS_BOUND_KEY,
     pending.c.generation == sa.bindparam("generation"),
@@ -274,10 +286,18 @@ def claimable(
     return dialect.lock_rows(query, of=pending, skip_locked=True)
 
 
-def leased_memories(memories: Sequence[tuple[str, str, str]], now: datetime) -> sa.Select[Any]:
-    """Which of ``memories`` have a row under an unexpired lease."""
-    return (
-        sa.select(*MEMORY)
-        .where(sa.tuple_(*MEMORY).in_(memories), pending.c.lease_until >= now)
-        .distinct()
+def next_due(now: datetime, owner: str) -> sa.Select[Any]:
+    """One row of two times: the earliest due time of a pending row that can be claimed (no
+    live lease on it nor on its memory), and the earliest end of a live lease of another owner
+    than ``owner`` (its runs renew their leases). One statement, one round trip."""
+    # A row of a memory with a row leased waits for that run: for ours, its end wakes the
+    # worker; for another process's, the end of that lease does.
+    due = sa.select(sa.func.min(pending.c.due_at)).where(
+        pending.c.status == "pending", unleased(now), ~memory_leased(now)
     )
+    lease_end = sa.select(sa.func.min(pending.c.lease_until)).where(
+        pending.c.status == "pending",
+        pending.c.lease_until >= now,
+        pending.c.lease_owner != owner,
+    )
+    return sa.select(due.scalar_subquery(), lease_end.scalar_subquery())
