@@ -52,7 +52,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from ..config import QueueSettings
@@ -61,30 +60,18 @@ from ..errors import LeaseLostError, StorageError
 from ..intake.messages import Message
 from ..intake.signals import Signals
 from ..models import utcnow
-from ..schema import memory_pending_updates as pending
 from ..scope import Scope
-from ..storage import queue_rows as rows_sql
 from ..storage import watermarks
 from ..storage.dialects import dialect_of
-from ..storage.queue_rows import count_statement
+from ..storage.queue_rows import QueueRows
 from ..storage.watermarks import Mark
 from ..tenancy import ALL_TENANTS, acting_for
 
 logger = logging.getLogger(__name__)
 
 MAX_BACKOFF_SECONDS = 3600.0
-_MEMORY = rows_sql.MEMORY
-_KEY = rows_sql.KEY
 # The first key of PostgreSQL's two-key advisory locks taken by claims ("ms" for memory_sql).
 _ADVISORY_LOCK_CLASS = 0x6D73
-_SELECT_FOR_ADD = sa.select(
-    pending.c.first_enqueued_at,
-    pending.c.correction,
-    pending.c.reinforcement,
-    pending.c.status,
-    pending.c.messages,
-    pending.c.lease_until,
-)
 
 
 @dataclass(frozen=True)
@@ -155,6 +142,7 @@ class UpdateQueue:
         """Messages cut from rows over the caps since start (oldest first)."""
         self._trim_lock = threading.Lock()
         self._dialect = dialect_of(engine)
+        self._rows = QueueRows(self._dialect)
         self._with_marks: bool | None = None
         """Whether claims read the rows' watermarks (None: not looked yet)."""
 
@@ -232,9 +220,7 @@ class UpdateQueue:
         ]
         # Many parameter sets with RETURNING: SQLAlchemy's "insertmanyvalues" sends them as
         # multi-row INSERTs of one compiled statement.
-        returned = conn.execute(
-            self._insert_ignoring_conflict().returning(*_KEY, pending.c.kind), rows
-        ).all()
+        returned = conn.execute(self._rows.insert_new(), rows).all()
         return {
             (tenant, user, agent, thread, kind == "flush")
             for tenant, user, agent, thread, kind in returned
@@ -255,24 +241,24 @@ class UpdateQueue:
         # then the insert is tried again.
         for _ in range(3):
             inserted = conn.execute(
-                self._insert_ignoring_conflict()
-                .values(
-                    **key,
-                    messages=body,
-                    correction=signals.correction,
-                    reinforcement=signals.reinforcement,
-                    first_enqueued_at=now,
-                    last_enqueued_at=now,
-                    due_at=due,
-                    generation=1,
-                    attempts=0,
-                    status="pending",
+                self._rows.insert_one(
+                    {
+                        **key,
+                        "messages": body,
+                        "correction": signals.correction,
+                        "reinforcement": signals.reinforcement,
+                        "first_enqueued_at": now,
+                        "last_enqueued_at": now,
+                        "due_at": due,
+                        "generation": 1,
+                        "attempts": 0,
+                        "status": "pending",
+                    }
                 )
-                .returning(pending.c.generation)
             ).first()
             if inserted is not None:
                 return due
-            row = conn.execute(self._for_update(_SELECT_FOR_ADD.where(_is_key(key)))).first()
+            row = conn.execute(self._rows.select_for_add(key)).first()
             if row is not None:
                 break
         else:
@@ -294,20 +280,16 @@ class UpdateQueue:
         if not immediate:
             due = min(due, first + self.max_wait)
         conn.execute(
-            sa.update(pending)
-            .where(_is_key(key))
-            .values(
-                messages=body,
-                correction=merged.correction,
-                reinforcement=merged.reinforcement,
-                first_enqueued_at=first,
-                last_enqueued_at=now,
-                due_at=due,
-                generation=pending.c.generation + 1,
-                status="pending",
-                attempts=sa.case((pending.c.status == "failed", 0), else_=pending.c.attempts),
-                last_error=None,
-                reply=None,
+            self._rows.merge(
+                key,
+                {
+                    "messages": body,
+                    "correction": merged.correction,
+                    "reinforcement": merged.reinforcement,
+                    "first_enqueued_at": first,
+                    "last_enqueued_at": now,
+                    "due_at": due,
+                },
             )
         )
         return due
@@ -381,25 +363,18 @@ class UpdateQueue:
             if len(rows) < wanted + 2:
                 return list(found.values())
 
-    def _claimable(
-        self, limit: int, now: datetime, skipped: list[tuple[str, str, str]]
-    ) -> sa.Select[Any]:
+    def _claimable(self, limit: int, now: datetime, skipped: list[tuple[str, str, str]]) -> Any:
         """Due, unleased rows of memories with no live lease, but the ``skipped`` ones, in
         due order, with their threads' watermarks (:func:`~memory_sql.storage.queue_rows.
         claimable`)."""
-        return rows_sql.claimable(
-            self._dialect, limit, now, skipped, with_marks=bool(self._with_marks)
-        )
+        return self._rows.claimable(limit, now, skipped, with_marks=bool(self._with_marks))
 
     def _still_free(self, conn: Connection, rows: Sequence[Any]) -> list[Any]:
         """``rows`` whose memory this transaction could lock (PostgreSQL). The lock is held
         until this claim commits; the lease that follows is a new statement, so its check of
         the memory (no row leased elsewhere) sees every lease committed before the lock."""
-        locks = [
-            sa.func.pg_try_advisory_xact_lock(_ADVISORY_LOCK_CLASS, _memory_lock_id(row))
-            for row in rows
-        ]
-        got = conn.execute(sa.select(*locks)).one()
+        locks = self._rows.advisory_locks(_ADVISORY_LOCK_CLASS, [_memory_lock_id(r) for r in rows])
+        got = conn.execute(locks).one()
         return [row for row, locked in zip(rows, got, strict=True) if locked]
 
     def _lease(
@@ -420,7 +395,7 @@ class UpdateQueue:
         ]
         leased = set(
             conn.execute(
-                rows_sql.lease(keys, now, check_memories=self._dialect.locks_rows()),
+                self._rows.lease(keys, now),
                 {"owner": self.owner, "until": now + self.lease},
             ).all()
         )
@@ -451,9 +426,7 @@ class UpdateQueue:
                 problem = f"the queued conversation is unreadable: {exc}"
         if problem is not None:
             conn.execute(
-                sa.update(pending)
-                .where(_is_key(_key_values(scope, row.thread_id, row.kind)))
-                .values(status="failed", last_error=problem, lease_owner=None, lease_until=None)
+                self._rows.mark_failed(_key_values(scope, row.thread_id, row.kind), problem)
             )
             return None
         mark_key = getattr(row, "mark_key", None)
@@ -482,9 +455,7 @@ class UpdateQueue:
             for item in items:
                 key = _key_values(item.scope, item.thread_id, item.kind)
                 renewed += conn.execute(
-                    sa.update(pending)
-                    .where(_is_key(key), pending.c.lease_owner == self.owner)
-                    .values(lease_until=now + self.lease)
+                    self._rows.renew(key, self.owner, now + self.lease)
                 ).rowcount
         return renewed
 
@@ -510,31 +481,21 @@ class UpdateQueue:
             "generation": item.generation,
             "owner": self.owner,
         }
-        statement: Any = _DELETE_RUN
-        if mark is not None and self._dialect.writes_in_ctes:
-            statement = rows_sql.delete_run_moving_mark(self._dialect)
+        in_one = mark is not None and self._dialect.writes_in_ctes
+        if in_one:
+            assert mark is not None
             parameters.update(
                 message_key=mark.message_key, position=mark.position, updated_at=utcnow()
             )
         elif mark is not None:
             watermarks.move_on(conn, item.scope, item.thread_id, mark)
-        deleted = conn.execute(statement, parameters).rowcount
+        deleted = conn.execute(self._rows.complete(with_mark=in_one), parameters).rowcount
         if deleted:
             return True
         # A newer conversation arrived during the run: it waits its own debounce, and the
         # maximum wait counts from when it came (the run took everything before it).
         key = _key_values(item.scope, item.thread_id, item.kind)
-        released = conn.execute(
-            sa.update(pending)
-            .where(_is_key(key), pending.c.lease_owner == self.owner)
-            .values(
-                lease_owner=None,
-                lease_until=None,
-                attempts=0,
-                last_error=None,
-                first_enqueued_at=pending.c.last_enqueued_at,
-            )
-        ).rowcount
+        released = conn.execute(self._rows.release_for_newer(key, self.owner)).rowcount
         if not released:
             raise LeaseLostError(
                 f"update queue: the row of {item.scope}, thread {item.thread_id} "
@@ -561,15 +522,13 @@ class UpdateQueue:
         with self._transaction() as conn:
             return bool(
                 conn.execute(
-                    sa.update(pending)
-                    .where(_is_key(key), pending.c.lease_owner == self.owner)
-                    .values(
-                        lease_owner=None,
-                        lease_until=None,
-                        attempts=pending.c.attempts - 1,
-                        due_at=now + timedelta(seconds=delay_seconds),
-                        last_error=note[:4000],
-                        reply=sa.case((pending.c.generation == item.generation, reply), else_=None),
+                    self._rows.postpone(
+                        key,
+                        self.owner,
+                        now + timedelta(seconds=delay_seconds),
+                        note[:4000],
+                        item.generation,
+                        reply,
                     )
                 ).rowcount
             )
@@ -584,10 +543,7 @@ class UpdateQueue:
         key = _key_values(item.scope, item.thread_id, item.kind)
         error = error[:4000]
         with self._transaction() as conn:
-            query = sa.select(pending.c.generation, pending.c.attempts, pending.c.messages).where(
-                _is_key(key), pending.c.lease_owner == self.owner
-            )
-            row = conn.execute(self._dialect.lock_rows(query)).first()
+            row = conn.execute(self._rows.select_for_fail(key, self.owner)).first()
             if row is None:
                 return "lost"
             released: dict[str, Any] = {
@@ -606,7 +562,7 @@ class UpdateQueue:
             else:
                 delay = min(self.backoff_seconds * 2 ** (row.attempts - 1), MAX_BACKOFF_SECONDS)
                 outcome, values = "retry", {"due_at": now + timedelta(seconds=delay)}
-            conn.execute(sa.update(pending).where(_is_key(key)).values(**released, **values))
+            conn.execute(self._rows.update(key, {**released, **values}))
         return outcome
 
     @reconnecting
@@ -614,11 +570,7 @@ class UpdateQueue:
         """Give ``item`` back unrun (shutting down): due now, the attempt not counted."""
         key = _key_values(item.scope, item.thread_id, item.kind)
         with self._transaction() as conn:
-            conn.execute(
-                sa.update(pending)
-                .where(_is_key(key), pending.c.lease_owner == self.owner)
-                .values(lease_owner=None, lease_until=None, attempts=pending.c.attempts - 1)
-            )
+            conn.execute(self._rows.give_back(key, self.owner))
 
     # scheduling and reporting ----------------------------------------------------------------
 
@@ -628,7 +580,7 @@ class UpdateQueue:
         lease on it."""
         now = now or utcnow()
         with self._connection() as conn:
-            unleased, lease_end = conn.execute(rows_sql.next_due(now, self.owner)).one()
+            unleased, lease_end = conn.execute(self._rows.next_due(now, self.owner)).one()
         times = [t for t in (unleased, lease_end) if t is not None]
         return min(times) if times else None
 
@@ -637,38 +589,24 @@ class UpdateQueue:
         """Make every pending row due now (a flush). Returns how many rows that touched."""
         now = now or utcnow()
         with self._transaction() as conn:
-            return conn.execute(
-                sa.update(pending)
-                .where(pending.c.status == "pending", pending.c.due_at > now)
-                .values(due_at=now)
-            ).rowcount
+            return conn.execute(self._rows.make_all_due(now)).rowcount
 
     @reconnecting
     def counts(self, *, now: datetime | None = None) -> dict[str, int]:
         """Rows ``pending`` (waiting or running), ``failed`` (given up), ``leased`` (running
         anywhere now) and ``due`` (waiting and due now)."""
         with self._connection() as conn:
-            return dict(conn.execute(count_statement(now or utcnow())).mappings().one())
+            return dict(conn.execute(self._rows.counts(now or utcnow())).mappings().one())
 
     @reconnecting
     def oldest_pending_seconds(self, *, now: datetime | None = None) -> float:
         """How long ago the oldest pending row was first queued; 0 when none is."""
         now = now or utcnow()
         with self._connection() as conn:
-            oldest = conn.execute(
-                sa.select(sa.func.min(pending.c.first_enqueued_at)).where(
-                    pending.c.status == "pending"
-                )
-            ).scalar()
+            oldest = conn.execute(self._rows.oldest_pending()).scalar()
         return max((now - oldest).total_seconds(), 0.0) if oldest is not None else 0.0
 
     # plumbing --------------------------------------------------------------------------------
-
-    def _for_update(self, query: sa.Select[Any]) -> sa.Select[Any]:
-        return self._dialect.lock_rows(query)
-
-    def _insert_ignoring_conflict(self) -> Any:
-        return self._dialect.insert_ignore(pending)
 
     # The queue serves every tenant: its own connections see all of them (memory_sql.tenancy).
 
@@ -709,13 +647,6 @@ def _kind(item: Enqueued) -> str:
     return "flush" if item.immediate else "turn"
 
 
-def _is_key(key: dict[str, str]) -> sa.ColumnElement[bool]:
-    return sa.and_(*(pending.c[name] == value for name, value in key.items()))
-
-
-_DELETE_RUN = rows_sql.DELETE_RUN
-
-
 def _by_key(scope: Scope, thread_id: str, kind: str) -> dict[str, Any]:
     """The parameters of the key (``key_<column>``) in the statements of a run
     (:mod:`memory_sql.storage.queue_rows`), for one row."""
@@ -724,10 +655,6 @@ def _by_key(scope: Scope, thread_id: str, kind: str) -> dict[str, Any]:
 
 def _leased(lease_until: datetime | None, now: datetime) -> bool:
     return lease_until is not None and lease_until >= now
-
-
-_unleased = rows_sql.unleased
-_memory_leased = rows_sql.memory_leased
 
 
 def _memory_lock_id(row: Any) -> int:

@@ -301,3 +301,184 @@ def next_due(now: datetime, owner: str) -> sa.Select[Any]:
         pending.c.lease_owner != owner,
     )
     return sa.select(due.scalar_subquery(), lease_end.scalar_subquery())
+
+
+_SELECT_FOR_ADD = sa.select(
+    pending.c.first_enqueued_at,
+    pending.c.correction,
+    pending.c.reinforcement,
+    pending.c.status,
+    pending.c.messages,
+    pending.c.lease_until,
+)
+
+
+def _is_key(key: dict[str, str]) -> sa.ColumnElement[bool]:
+    return sa.and_(*(pending.c[name] == value for name, value in key.items()))
+
+
+class QueueRows:
+    """Every statement :class:`~memory_sql.queue.UpdateQueue` runs on its rows, for one
+    database kind. A *key* is the row's ``{tenant_id, user_id, agent_name, thread_id, kind}``;
+    what each change means is the queue's (:mod:`memory_sql.queue.pending`)."""
+
+    def __init__(self, dialect: SQLDialect) -> None:
+        self.dialect = dialect
+
+    # enqueue
+
+    def insert_new(self) -> Any:
+        """Insert rows whose key is free (many parameter sets: SQLAlchemy's insertmanyvalues
+        sends multi-row INSERTs), returning the keys inserted."""
+        return self.dialect.insert_ignore(pending).returning(*KEY, pending.c.kind)
+
+    def insert_one(self, values: dict[str, Any]) -> Any:
+        """Insert one row unless its key is taken, returning its generation if inserted."""
+        return self.dialect.insert_ignore(pending).values(**values).returning(pending.c.generation)
+
+    def select_for_add(self, key: dict[str, str]) -> sa.Select[Any]:
+        """The waiting row of ``key`` an add merges into, locked."""
+        return self.dialect.lock_rows(_SELECT_FOR_ADD.where(_is_key(key)))
+
+    @staticmethod
+    def merge(key: dict[str, str], values: dict[str, Any]) -> Any:
+        """The row of ``key`` replaced by a newer conversation (``values``): its generation
+        moves on, it is pending again, a failed row's attempts start over."""
+        return (
+            sa.update(pending)
+            .where(_is_key(key))
+            .values(
+                **values,
+                generation=pending.c.generation + 1,
+                status="pending",
+                attempts=sa.case((pending.c.status == "failed", 0), else_=pending.c.attempts),
+                last_error=None,
+                reply=None,
+            )
+        )
+
+    # work
+
+    def claimable(
+        self, limit: int, now: datetime, skipped: list[tuple[str, str, str]], *, with_marks: bool
+    ) -> sa.Select[Any]:
+        """:func:`claimable` of this database."""
+        return claimable(self.dialect, limit, now, skipped, with_marks=with_marks)
+
+    @staticmethod
+    def advisory_locks(lock_class: int, lock_ids: Sequence[int]) -> sa.Select[Any]:
+        """Try PostgreSQL's transaction-scoped advisory lock ``(lock_class, id)`` of each id:
+        one row, a boolean per id."""
+        return sa.select(
+            *(sa.func.pg_try_advisory_xact_lock(lock_class, lock_id) for lock_id in lock_ids)
+        )
+
+    def lease(self, keys: Sequence[tuple[str, ...]], now: datetime) -> Any:
+        """:func:`lease`, checking the memories where rows lock."""
+        return lease(keys, now, check_memories=self.dialect.locks_rows())
+
+    @staticmethod
+    def mark_failed(key: dict[str, str], problem: str) -> Any:
+        """The row of ``key`` given up: ``failed`` with ``problem``, its lease ended."""
+        return (
+            sa.update(pending)
+            .where(_is_key(key))
+            .values(status="failed", last_error=problem, lease_owner=None, lease_until=None)
+        )
+
+    @staticmethod
+    def renew(key: dict[str, str], owner: str, until: datetime) -> Any:
+        """The lease of ``key``'s row extended to ``until``, if still ``owner``'s."""
+        return (
+            sa.update(pending)
+            .where(_is_key(key), pending.c.lease_owner == owner)
+            .values(lease_until=until)
+        )
+
+    def complete(self, *, with_mark: bool) -> Any:
+        """:data:`DELETE_RUN`, moving the watermark in the same statement (``with_mark``, a
+        database that writes in CTEs)."""
+        return delete_run_moving_mark(self.dialect) if with_mark else DELETE_RUN
+
+    @staticmethod
+    def release_for_newer(key: dict[str, str], owner: str) -> Any:
+        """A run completed while a newer conversation waits: the row stays, released, its
+        maximum wait counted from that conversation."""
+        return (
+            sa.update(pending)
+            .where(_is_key(key), pending.c.lease_owner == owner)
+            .values(
+                lease_owner=None,
+                lease_until=None,
+                attempts=0,
+                last_error=None,
+                first_enqueued_at=pending.c.last_enqueued_at,
+            )
+        )
+
+    @staticmethod
+    def postpone(
+        key: dict[str, str], owner: str, due: datetime, note: str, generation: int, reply: Any
+    ) -> Any:
+        """The row given back to run at ``due``, its attempt not counted, keeping ``reply``
+        unless a newer conversation (another ``generation``) arrived."""
+        return (
+            sa.update(pending)
+            .where(_is_key(key), pending.c.lease_owner == owner)
+            .values(
+                lease_owner=None,
+                lease_until=None,
+                attempts=pending.c.attempts - 1,
+                due_at=due,
+                last_error=note,
+                reply=sa.case((pending.c.generation == generation, reply), else_=None),
+            )
+        )
+
+    def select_for_fail(self, key: dict[str, str], owner: str) -> sa.Select[Any]:
+        """The generation, attempts and messages of ``key``'s row if ``owner`` leases it,
+        locked."""
+        query = sa.select(pending.c.generation, pending.c.attempts, pending.c.messages)
+        return self.dialect.lock_rows(query.where(_is_key(key), pending.c.lease_owner == owner))
+
+    @staticmethod
+    def update(key: dict[str, str], values: dict[str, Any]) -> Any:
+        """The row of ``key`` set to ``values``."""
+        return sa.update(pending).where(_is_key(key)).values(**values)
+
+    @staticmethod
+    def give_back(key: dict[str, str], owner: str) -> Any:
+        """The row of ``key`` released unrun by ``owner``, its attempt not counted."""
+        return (
+            sa.update(pending)
+            .where(_is_key(key), pending.c.lease_owner == owner)
+            .values(lease_owner=None, lease_until=None, attempts=pending.c.attempts - 1)
+        )
+
+    # scheduling and reporting
+
+    @staticmethod
+    def next_due(now: datetime, owner: str) -> sa.Select[Any]:
+        """:func:`next_due`."""
+        return next_due(now, owner)
+
+    @staticmethod
+    def make_all_due(now: datetime) -> Any:
+        """Every pending row not yet due made due ``now``."""
+        return (
+            sa.update(pending)
+            .where(pending.c.status == "pending", pending.c.due_at > now)
+            .values(due_at=now)
+        )
+
+    @staticmethod
+    def counts(now: datetime) -> sa.Select[int, int, int, int]:
+        """:func:`count_statement`."""
+        return count_statement(now)
+
+    @staticmethod
+    def oldest_pending() -> sa.Select[Any]:
+        """When the oldest pending row was first queued."""
+        return sa.select(sa.func.min(pending.c.first_enqueued_at)).where(
+            pending.c.status == "pending"
+        )
