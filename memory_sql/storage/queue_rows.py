@@ -1,6 +1,9 @@
-"""The update queue's rows read and changed by hand (``memory_pending_updates``): listed,
-counted, retried, dropped. The ``queue`` capability of a SQL storage; what the keys mean and
-what the operations promise is :mod:`memory_sql.queue.manage`'s.
+"""Every statement on the update queue's rows (``memory_pending_updates``).
+
+:class:`QueueRows` holds those of the queue itself (:mod:`memory_sql.queue.pending`: enqueue,
+claim, lease, complete, retry); the functions below it read and change rows by hand (listed,
+counted, retried, dropped: the ``queue`` capability of a SQL storage; what the keys mean and
+what those operations promise is :mod:`memory_sql.queue.manage`'s).
 
 A selection of rows is given as *key patterns*: ``(tenant, user, agent, thread, kind)`` tuples
 whose ``None`` parts match any value (``agent`` ``""`` is the unnamed agents').
