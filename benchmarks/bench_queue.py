@@ -271,7 +271,7 @@ def serve_until_stopped(url, llm_base_url, workers, stop, ready, results) -> Non
     ready.put(os.getpid())
     try:
         stop.wait()
-        status = service.status()
+        status = {**service.status(), "claims": service.worker.claims}
     finally:
         service.close(timeout=10)
     results.put((os.getpid(), status))
@@ -385,9 +385,10 @@ def concurrent(url: str, runs: int, workers: int) -> None:
         process.join(30)
     engine.dispose()
     done = sum(status["completed"] for status in statuses)
+    claims = sum(status["claims"] for status in statuses)
     print(
         f"  drain / intake {min(ratios):.2f}-{max(ratios):.2f} over {runs} runs "
-        f"({done} updates completed by the workers)"
+        f"({done} updates completed by the workers, {claims / max(done, 1):.2f} claims each)"
     )
 
 

@@ -155,3 +155,36 @@ def test_the_fixed_system_message_is_redacted_once_per_redactor():
     misses = updater._redacted_once.cache_info().misses
     assert secret not in updater._redacted(redactor, f"my key {secret}", "user")
     assert updater._redacted_once.cache_info().misses == misses
+
+
+def test_notices_of_a_burst_share_one_claim(engine):
+    """A wake-up for work due now waits ``gather_seconds``: rows queued meanwhile, each with
+    its own notice, are taken by one claim rather than a claim each."""
+    import time
+
+    from memory_sql.models import utcnow
+    from memory_sql.queue import RunOutcome, UpdateWorker
+
+    queue = _queue(engine, "burst")
+    done: list[str] = []
+    worker = UpdateWorker(
+        queue,
+        lambda item: done.append(item.scope.user_id) or RunOutcome(True),
+        workers=8,
+        gather_seconds=1.0,
+    )
+    worker.start()
+    try:
+        time.sleep(1.5)  # the wake-up of the start has looked and found nothing
+        before = worker.claims
+        scopes = [_scope() for _ in range(5)]
+        for scope in scopes:  # five enqueues, each noticed at once
+            queue.add(scope, "t", CHAT, Signals())
+            worker.notify(utcnow())
+        deadline = time.monotonic() + 20
+        while len(done) < 5 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert sorted(done) == sorted(scope.user_id for scope in scopes)
+        assert worker.claims - before == 1
+    finally:
+        worker.stop(timeout=10)
