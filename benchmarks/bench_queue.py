@@ -271,7 +271,7 @@ def serve_until_stopped(url, llm_base_url, workers, stop, ready, results) -> Non
     ready.put(os.getpid())
     try:
         stop.wait()
-        status = {**service.status(), "claims": service.worker.claims}
+        status = {**service.status(), "claims": getattr(service.worker, "claims", 0)}
     finally:
         service.close(timeout=10)
     results.put((os.getpid(), status))
