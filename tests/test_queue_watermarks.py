@@ -188,3 +188,12 @@ def test_notices_of_a_burst_share_one_claim(engine):
         assert worker.claims - before == 1
     finally:
         worker.stop(timeout=10)
+
+
+def test_the_reply_schema_is_built_once_and_cannot_be_changed():
+    from memory_sql.update.parser import update_json_schema
+
+    first, second = updater._reply_schema(), updater._reply_schema()
+    assert first is second and dict(first) == update_json_schema()
+    with pytest.raises(TypeError):
+        first["type"] = "array"  # type: ignore[index]
