@@ -11,11 +11,10 @@ from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy import event
 from sqlalchemy.engine import URL, Engine, make_url
 
 from . import tenancy
-from .driver_errors import DATABASE_ERRORS, is_locked
+from .driver_errors import DATABASE_ERRORS
 from .driver_errors import SQLITE_BUSY_TIMEOUT_SECONDS as SQLITE_BUSY_TIMEOUT_SECONDS
 from .driver_errors import database_errors as database_errors
 from .driver_errors import is_disconnect as is_disconnect
@@ -30,7 +29,6 @@ DEFAULT_DATABASE_URL = "sqlite:///memory_sql.db"
 URL_ENV = "MEMORY_SQL_DATABASE_URL"
 CONNECT_TIMEOUT_SECONDS = 10.0
 STATEMENT_TIMEOUT_SECONDS = 30.0
-_SUPPORTED_DRIVERS = ("sqlite", "sqlite+pysqlite", "postgresql+psycopg")
 
 
 def resolve_url(url: str | URL | None = None) -> URL:
@@ -45,7 +43,9 @@ def resolve_url(url: str | URL | None = None) -> URL:
         raise ValueError(f"not a database URL: {exc}") from None
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
-    if parsed.drivername not in _SUPPORTED_DRIVERS:
+    from .storage.dialects import supported_drivers  # storage/ imports this module
+
+    if parsed.drivername not in supported_drivers():
         raise ValueError(
             f"unsupported database {parsed.drivername!r}: use sqlite:///… or postgresql+psycopg://…"
         )
@@ -77,63 +77,22 @@ def create_engine(
     PostgreSQL connections carry the tenant that row-level security lets them see
     (:mod:`memory_sql.tenancy`): the one acted for, else ``tenant_default`` (every tenant, for
     the library and the CLI; :data:`~memory_sql.tenancy.NO_TENANT` for the HTTP service).
+
+    Each database's arguments and connection setup are its dialect's
+    (:meth:`~memory_sql.storage.dialects.SQLDialect.engine_arguments`,
+    :meth:`~memory_sql.storage.dialects.SQLDialect.prepare_engine`).
     """
+    # The dialect module is in storage/, whose package imports this one: read when called.
+    from .storage.dialects import dialect_of
+
     parsed = resolve_url(url)
-    if parsed.get_backend_name() == "sqlite":
-        kwargs.setdefault("connect_args", {}).setdefault("timeout", SQLITE_BUSY_TIMEOUT_SECONDS)
-        engine = sa.create_engine(parsed, **kwargs)
-        _configure_sqlite(engine)
-        return engine
-    kwargs.setdefault("pool_recycle", 1800)
-    kwargs.setdefault("pool_timeout", CONNECT_TIMEOUT_SECONDS)
-    connect_args = kwargs.setdefault("connect_args", {})
-    connect_args.setdefault("connect_timeout", int(CONNECT_TIMEOUT_SECONDS))
-    # Timestamps arrive in UTC, as they are kept: no conversion per value on the way in.
-    options = "-c TimeZone=UTC"
-    if statement_timeout is not None:
-        options += (
-            f" -c statement_timeout={int(statement_timeout * 1000)}"
-            f" -c lock_timeout={int(statement_timeout * 1000 / 3)}"
-        )
-    connect_args["options"] = f"{connect_args.get('options', '')} {options}".strip()
+    dialect = dialect_of(parsed)
+    kwargs = dialect.engine_arguments(
+        kwargs, statement_timeout=statement_timeout, connect_timeout=CONNECT_TIMEOUT_SECONDS
+    )
     engine = sa.create_engine(parsed, **kwargs)
-    tenancy.guard_engine(engine, default=tenant_default)
+    dialect.prepare_engine(engine, tenant_default=tenant_default)
     return engine
-
-
-def _configure_sqlite(engine: Engine) -> None:
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        if engine.url.database not in (None, "", ":memory:"):
-            _journal_mode_wal(cursor)
-        cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_SECONDS * 1000)}")
-        cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.close()
-
-    @event.listens_for(engine, "begin")
-    def _on_begin(connection: sa.Connection) -> None:
-        options = connection.get_execution_options()
-        if options.get("isolation_level") == "AUTOCOMMIT":
-            return
-        connection.exec_driver_sql(f"BEGIN {options.get('sqlite_begin', '')}".strip())
-
-
-def _journal_mode_wal(cursor: Any) -> None:
-    """Switch a SQLite file to WAL journaling (it stays so). Connections racing on a file
-    still in rollback mode (processes opening a new database at once) can get "database is
-    locked" here at once, SQLite's busy handler not being called for it: tried again."""
-    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_SECONDS
-    while True:
-        try:
-            cursor.execute("PRAGMA journal_mode=WAL")
-            return
-        except DATABASE_ERRORS as exc:
-            if not is_locked(exc) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.02)
 
 
 def reconnecting(call: Callable[P, T]) -> Callable[P, T]:

@@ -9,9 +9,13 @@ said as memory_sql says it.
   constraint by its columns only (``UNIQUE constraint failed: memory_facts.tenant_id, …``),
   which are mapped here, through the schema, to the constraint's name. Callers test names,
   never message text.
-- :data:`DRIVER_ERRORS`, :func:`is_disconnect`, :func:`is_locked`: the driver errors and the
-  conditions code that talks to a driver directly (the spool journal, the wake-up listener,
-  the tenant guard) reacts to.
+- :func:`is_refusal`: a constraint refused a write (``is_refusal(exc, "pk_memory_facts")``:
+  that constraint, by the name :func:`violated_constraint` reads);
+  :func:`is_unavailable`: the database cannot be used now (not reachable, the connection
+  lost, the file locked or unopenable), as opposed to a statement it refused.
+- :data:`DRIVER_ERRORS`, :func:`is_disconnect`, :func:`is_locked`, :func:`driver_errors`,
+  :func:`as_disconnection`: the driver errors and the conditions code that talks to a driver
+  directly (the spool journal, the wake-up listener and poller, the tenant guard) reacts to.
 
 Nothing else in memory_sql names ``psycopg.Error``, ``sqlite3.Error`` or ``sqlalchemy.exc``.
 """
@@ -22,7 +26,7 @@ import functools
 import re
 import sqlite3
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import TYPE_CHECKING
 
 import psycopg
@@ -70,6 +74,51 @@ def driver_errors(what: str) -> Iterator[None]:
         yield
     except DRIVER_ERRORS as exc:
         raise StorageError(f"{what}: {exc}") from exc
+
+
+def quietly() -> AbstractContextManager[None]:
+    """A driver's error ignored (closing, or rolling back, a connection that may be broken)."""
+    return suppress(*DRIVER_ERRORS)
+
+
+@contextmanager
+def as_disconnection(what: str) -> Iterator[None]:
+    """A driver's error in a pool's checkout hook as :data:`DisconnectionError`: the pool
+    discards the connection and checks out another."""
+    try:
+        yield
+    except DRIVER_ERRORS as exc:
+        raise DisconnectionError(f"{what}: {exc}") from exc
+
+
+def is_refusal(exc: BaseException, constraint: str | None = None) -> bool:
+    """Whether ``exc`` is a constraint refusing a write: any constraint, or the one named
+    ``constraint`` (primary key, unique constraint or index, check; named as the schema names
+    it, read from the driver's diagnostics by :func:`violated_constraint`)."""
+    if not is_integrity_error(exc):
+        return False
+    return constraint is None or violated_constraint(exc) == constraint
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` (or the error behind a :class:`StorageError`) says the database cannot
+    be used now: not reachable, a connection lost or timed out, SQLite's file locked or not to
+    be opened; false for a statement the database refused (a constraint, bad SQL)."""
+    cause = exc.__cause__ if isinstance(exc, StorageError) and exc.__cause__ else exc
+    if isinstance(cause, (sa.exc.DisconnectionError, sa.exc.TimeoutError)):
+        return True
+    if isinstance(cause, sa.exc.DBAPIError):
+        if cause.connection_invalidated:
+            return True
+        cause = cause.orig if cause.orig is not None else cause
+    if isinstance(cause, sqlite3.OperationalError):  # also "no such table", bad SQL: refused
+        return _SQLITE_UNAVAILABLE.search(str(cause)) is not None
+    return isinstance(cause, (psycopg.OperationalError, psycopg.InterfaceError))
+
+
+_SQLITE_UNAVAILABLE = re.compile(
+    r"locked|busy|unable to open|disk I/O|readonly database|database or disk is full", re.I
+)
 
 
 def is_integrity_error(exc: BaseException) -> bool:

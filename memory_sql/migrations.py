@@ -78,15 +78,14 @@ def alembic_config(url: str | URL | None = None) -> Config:
 def _on(engine: Engine, config: Config, what: str) -> Iterator[Config]:
     """``config`` bound to a connection of ``engine`` in a transaction that holds the
     migration lock: SQLite's write lock (``BEGIN IMMEDIATE``), a PostgreSQL advisory lock."""
-    options = {"sqlite_begin": "IMMEDIATE"} if engine.dialect.name == "sqlite" else {}
+    # The dialect module is in storage/, whose package imports this one: read when called.
+    from .storage.dialects import dialect_of
+
+    dialect = dialect_of(engine)
     with database_errors(engine, what), engine.connect() as connection:
-        connection = connection.execution_options(**options)
+        connection = connection.execution_options(**dialect.write_options)
         with connection.begin():
-            if engine.dialect.name == "postgresql":
-                connection.execute(
-                    sa.text("SELECT pg_advisory_xact_lock(:a, :b)"),
-                    {"a": _MIGRATION_LOCK[0], "b": _MIGRATION_LOCK[1]},
-                )
+            dialect.lock_transaction(connection, _MIGRATION_LOCK)
             config.attributes["connection"] = connection
             try:
                 yield config
@@ -203,8 +202,11 @@ def prepare_schema(engine: Engine, *, auto_migrate: bool = False, create: bool =
         return
     known = current is None or any(r.revision == current for r in script.walk_revisions())
     unstamped = current is None and _has_memory_tables(engine)
-    new_sqlite = create and current is None and engine.dialect.name == "sqlite"
-    if known and not unstamped and (auto_migrate or new_sqlite):
+    from .storage.dialects import dialect_of  # storage/ imports this module
+
+    # A file database is made by opening it: a new one is created at the head.
+    new_file = create and current is None and not dialect_of(engine).server
+    if known and not unstamped and (auto_migrate or new_file):
         _upgrade(engine, "head")
         return
     raise SchemaOutOfDateError(

@@ -31,7 +31,7 @@ the only isolation.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
@@ -39,7 +39,7 @@ from typing import Any
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
-from .driver_errors import DRIVER_ERRORS, DisconnectionError
+from .driver_errors import as_disconnection
 
 SETTING = "memory_sql.tenant_id"
 """The PostgreSQL setting the policies compare ``tenant_id`` to."""
@@ -77,10 +77,15 @@ def outside_row_security() -> Iterator[None]:
         _acting.reset(token)
 
 
-def guard_engine(engine: Engine, *, default: str = ALL_TENANTS) -> None:
+SetSession = Callable[[Any, str, str], None]
+"""Sets a session setting on a driver connection (``dbapi_connection, name, value``), outside
+any transaction: the dialect's :meth:`~memory_sql.storage.dialects.SQLDialect.set_session`."""
+
+
+def guard_engine(engine: Engine, *, default: str = ALL_TENANTS, set_session: SetSession) -> None:
     """Make ``engine`` (PostgreSQL) set :data:`SETTING` on every connection it hands out to the
-    tenant acted for, or to ``default``."""
-    guard = _TenantGuard(default)
+    tenant acted for, or to ``default``, through ``set_session`` (the database's own way)."""
+    guard = _TenantGuard(default, set_session)
     event.listen(engine, "checkout", guard.on_checkout)
     engine.__dict__[_GUARD] = guard
 
@@ -98,10 +103,11 @@ _GUARD = "_memory_sql_tenant_guard"
 
 
 class _TenantGuard:
-    __slots__ = ("default",)
+    __slots__ = ("default", "set_session")
 
-    def __init__(self, default: str) -> None:
+    def __init__(self, default: str, set_session: SetSession) -> None:
         self.default = default
+        self.set_session = set_session
 
     def on_checkout(self, dbapi_connection: Any, record: Any, _proxy: Any) -> None:
         self.apply(dbapi_connection, record.info)
@@ -113,16 +119,10 @@ class _TenantGuard:
         if tenant == _AS_IT_IS or info.get(SETTING) == tenant:
             return
         # A session-level value, written outside any transaction so that no rollback undoes it;
-        # the record's info lives as long as this DBAPI connection.
-        autocommit = dbapi_connection.autocommit
-        try:
-            dbapi_connection.autocommit = True
-            with dbapi_connection.cursor() as cursor:
-                cursor.execute("SELECT set_config(%s, %s, false)", (SETTING, tenant))
-            dbapi_connection.autocommit = autocommit
-        except DRIVER_ERRORS as exc:
-            # A pooled connection found dead: the pool discards it and checks out another.
-            raise DisconnectionError(f"cannot set {SETTING}: {exc}") from exc
+        # the record's info lives as long as this DBAPI connection. A pooled connection found
+        # dead: the pool discards it and checks out another.
+        with as_disconnection(f"cannot set {SETTING}"):
+            self.set_session(dbapi_connection, SETTING, tenant)
         info[SETTING] = tenant
 
 

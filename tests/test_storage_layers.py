@@ -216,3 +216,21 @@ def test_utc_timestamps_read_back_aware_in_utc_on_both_databases(sql_store):
             sa.select(sa.cast(sa.literal(zoned, UTCDateTime()), sa.String))
         ).scalar_one()
     assert stored.startswith("2024-05-01 12:00:00.123456")  # the UTC moment, as text
+
+
+def test_driver_errors_are_caught_wholesale_only_where_a_driver_is_used_directly():
+    """Elsewhere a database error is a ``StorageError`` (:func:`database_errors`), or asked
+    about: ``is_refusal(exc, name)``, ``is_unavailable(exc)``, ``is_disconnect(exc)``."""
+    allowed = {
+        "driver_errors.py": "the translator itself",
+        "storage/wakeups.py": "the listener and the poller hold driver connections of their "
+        "own, outside any engine: any driver error there means reconnect",
+    }
+    pattern = re.compile(r"except[^:\n]*\b(DRIVER_ERRORS|DATABASE_ERRORS)\b")
+    offenders = [
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        if str(path.relative_to(PACKAGE)) not in allowed
+        and pattern.search(path.read_text(encoding="utf-8"))
+    ]
+    assert offenders == []

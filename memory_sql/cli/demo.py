@@ -22,8 +22,7 @@ from ..config import MemoryConfig
 from ..database import create_engine, redacted, resolve_url
 from ..demo import SampleConversation, load_conversations
 from ..demo.replay import MODEL, ReplayLLM, load_recordings
-from ..driver_errors import DATABASE_ERRORS
-from ..errors import MemorySQLError
+from ..errors import MemorySQLError, StorageError
 from ..models import MemoryDocument
 from ..scope import Scope, ScopeArguments
 from ..service import MemoryService
@@ -288,10 +287,9 @@ def _check_is_demo(url: str, path: Path) -> None:
                 f"{path} exists and is not a memory_sql demo database; not deleting it "
                 "(choose another --url)"
             )
-    except DATABASE_ERRORS as exc:
+    except StorageError as exc:
         raise MemorySQLError(
-            f"{path} exists and cannot be read as SQLite ({getattr(exc, 'orig', exc)}); "
-            "not deleting it"
+            f"{path} exists and cannot be read as SQLite ({exc}); not deleting it"
         ) from None
     finally:
         engine.dispose()

@@ -154,7 +154,7 @@ def facts_search(
     """
     with sql_storage(url, config) as storage:
         records = ops.search_facts(
-            storage.engine,
+            storage,
             text,
             category=category,
             min_confidence=min_confidence,

@@ -37,7 +37,7 @@ def report(
         memory-sql report --tenant default --days 30 --url sqlite:///memory.db
     """
     with sql_storage(url, config) as storage:
-        data = build_report(storage.engine, tenant_id=tenant, days=days, largest=top)
+        data = build_report(storage, tenant_id=tenant, days=days, largest=top)
     if as_json:
         print_json(data)
         return

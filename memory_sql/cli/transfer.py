@@ -70,7 +70,7 @@ def export(
         with sql_storage(url, config) as storage:
             where = redacted(storage.engine.url)
             if str(jsonl) == "-":
-                count = ops.export_jsonl(storage.engine, sys.stdout, tenant_id=tenant)
+                count = ops.export_jsonl(storage, sys.stdout, tenant_id=tenant)
                 err.print(
                     f"exported {plural(count, 'memory')} from {lit(where)}",
                     highlight=False,
@@ -78,7 +78,7 @@ def export(
                 )
                 return
             with _atomic_write(jsonl) as stream:
-                count = ops.export_jsonl(storage.engine, stream, tenant_id=tenant)
+                count = ops.export_jsonl(storage, stream, tenant_id=tenant)
                 if count == 0:  # the temporary file goes, the target stays as it was
                     matched = f" --tenant {tenant}" if tenant is not None else ""
                     raise MemorySQLError(
@@ -173,7 +173,7 @@ def import_(
         source = "<stdin>" if str(jsonl) == "-" else str(jsonl)
         content = sys.stdin.buffer.read() if source == "<stdin>" else jsonl.read_bytes()
         with sql_storage(url, config, create=True) as storage:
-            result = ops.import_jsonl(storage.engine, content, source=source)
+            result = ops.import_jsonl(storage, content, source=source)
         out.print(
             f"imported {plural(result.memories, 'memory')} from {lit(source)}: "
             f"{result.changed} changed, {result.unchanged} unchanged",
@@ -227,7 +227,7 @@ def forget(
                 f"Delete every row of user {scope.user_id} (tenant {scope.tenant_id}) in {where}?",
                 abort=True,
             )
-        counts = ops.forget_user(storage.engine, scope.user_id, tenant_id=scope.tenant_id)
+        counts = ops.forget_user(storage, scope.user_id, tenant_id=scope.tenant_id)
         if not sum(counts.values()):
             note_other_tenants(storage.engine, scope, tenant)
     out.print(

@@ -403,6 +403,7 @@ class Redactor:
         search = self._pattern.search
         while (match := search(text, pos)) is not None:
             group = match.lastgroup
+            # typeshed: lastgroup is str | None; every alternative here is a named group.
             kind = self._kinds[group]  # type: ignore[index]
             start, end = match.span()
             valued = False
@@ -414,7 +415,7 @@ class Redactor:
             value = text[start:end]
             if valued and kind in _GENERIC:
                 specific = _SPECIFIC.fullmatch(value.strip("\"'"))
-                if specific is not None:
+                if specific is not None:  # its alternatives are all named groups too
                     kind = _SPECIFIC_KINDS[specific.lastgroup]  # type: ignore[index]
             if kind == "password" and not _PASSWORD_WORD.search(text, match.start(), start):
                 kind = "secret"  # a token or key assigned, not a password

@@ -86,7 +86,9 @@ class LocalMemory:
     def __init__(self, service: MemoryService, tenant_id: str) -> None:
         storage = service.storage
         try:
-            self.engine = require(storage, Capability.OPERATIONS, needed_by="the MCP server")
+            # Its search and history tools are operations: a storage without them is refused
+            # when the server starts, not at the first call.
+            require(storage, Capability.OPERATIONS, needed_by="the MCP server")
         except CapabilityMissingError as exc:
             raise ConfigError(
                 f"{exc} (storage is {service.config.storage!r})", key="storage"
@@ -124,7 +126,7 @@ class LocalMemory:
         scope = self._scope(user_id, agent_name)
         with self._acting():
             records = ops.search_facts(
-                self.engine,
+                self.storage,
                 query,
                 category=category,
                 min_confidence=min_confidence,
@@ -217,7 +219,7 @@ class LocalMemory:
         scope = self._scope(user_id, agent_name)
         with self._acting():
             events, cursor = history.change_log(
-                self.engine, scope, fact_id=fact_id, after=after, limit=limit
+                self.storage, scope, fact_id=fact_id, after=after, limit=limit
             )
         if not events and after is None:
             raise FactNotFoundError(str(scope), fact_id)

@@ -14,18 +14,22 @@ from sqlalchemy.engine import Engine
 from ..intake.redact import DEFAULT
 from ..scope import Scope
 from ..storage import history
+from ..storage.base import MemoryStorage
+from ..storage.capabilities import Capability, engine_for
 from ..storage.history import cursor_of as cursor_of
 
 
 def change_log(
-    engine: Engine,
+    storage: MemoryStorage | Engine,
     scope: Scope,
     *,
     fact_id: str | None = None,
     after: str | None = None,
     limit: int = 100,
 ) -> tuple[list[dict[str, Any]], str | None]:
-    """:func:`memory_sql.storage.history.change_log`, its texts shown redacted."""
+    """:func:`memory_sql.storage.history.change_log` of ``storage``, its texts shown
+    redacted."""
+    engine = engine_for(storage, Capability.HISTORY, needed_by="the change log")
     events, cursor = history.change_log(engine, scope, fact_id=fact_id, after=after, limit=limit)
     for event in events:
         for key in ("content_before", "content_after"):

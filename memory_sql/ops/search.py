@@ -15,13 +15,15 @@ from ..models import Fact, copy_model
 from ..recall.context import Recall
 from ..recall.ranking import fuse
 from ..scope import Scope
+from ..storage.base import MemoryStorage
+from ..storage.capabilities import engine_for
 from ..storage.fact_search import FactRecord as FactRecord
 from ..storage.fact_search import _search_statement as _search_statement
 from ..storage.fact_search import search_facts as search_by_text
 
 
 def search_facts(
-    engine: Engine,
+    storage: MemoryStorage | Engine,
     text: str | None = None,
     *,
     category: str | None = None,
@@ -33,18 +35,19 @@ def search_facts(
     include_closed: bool = False,
     recall: Recall | None = None,
 ) -> list[FactRecord]:
-    """:func:`memory_sql.storage.fact_search.search_facts` (its filters, errors and text
-    matching), and with ``recall`` (a service's, with embeddings: docs/semantic-recall.md) and
-    a ``text`` searching one memory (tenant, user and agent given, live facts), hybrid as a
-    context's ranking is: the facts holding the terms and those whose cosine with the text is
-    at least :data:`SEARCH_MIN_COSINE`, fused by reciprocal rank; without vectors, or when the
-    text's embedding fails or is late, the lexical search alone."""
+    """:func:`memory_sql.storage.fact_search.search_facts` on ``storage`` (its filters, errors
+    and text matching), and with ``recall`` (a service's, with embeddings:
+    docs/semantic-recall.md) and a ``text`` searching one memory (tenant, user and agent given,
+    live facts), hybrid as a context's ranking is: the facts holding the terms and those whose
+    cosine with the text is at least :data:`SEARCH_MIN_COSINE`, fused by reciprocal rank;
+    without vectors, or when the text's embedding fails or is late, the lexical search
+    alone."""
     one_memory = None not in (tenant_id, user_id, agent_name) and not include_closed
     hybrid = recall is not None and recall.vectors is not None and one_memory
     hybrid = hybrid and bool(text and text.strip())
     # A hybrid search fuses every text match of the memory (at most max_facts): one query.
     lexical = search_by_text(
-        engine,
+        engine_for(storage, needed_by="searching facts"),
         text,
         category=category,
         min_confidence=min_confidence,

@@ -1,7 +1,8 @@
 """Export and import of memories, one or many at a time.
 
-The functions taking an ``Engine`` work on a SQL database at the schema head (they read and
-write several scopes); those taking a :class:`~memory_sql.MemoryStorage` work on one scope of any
+The JSON Lines functions work on a SQL storage (its
+:data:`~memory_sql.storage.capabilities.Capability.OPERATIONS`; an engine is taken as it is) at
+the schema head: they read and write several scopes. The others work on one scope of any
 backend, through ``load`` and ``save`` with ``expected_version``, retrying on a version conflict.
 
 Export and import speak DeerFlow's ``memory.json`` shape (:meth:`MemoryDocument.to_deerflow`):
@@ -38,6 +39,7 @@ from ..models import (
 )
 from ..scope import Scope
 from ..storage import MemoryStorage, SQLStorage
+from ..storage.capabilities import engine_for
 from ..storage.users import memory_keys
 from .modify import describe_validation_error, modify
 
@@ -200,7 +202,9 @@ def read_jsonl(
     return memories
 
 
-def import_jsonl(engine: Engine, content: bytes | str, *, source: str = "<input>") -> ImportResult:
+def import_jsonl(
+    storage: MemoryStorage | Engine, content: bytes | str, *, source: str = "<input>"
+) -> ImportResult:
     """Import a JSON Lines export (see :func:`read_jsonl`) into the database.
 
     Every line is validated before the first memory is written. Each memory is then saved in a
@@ -212,8 +216,9 @@ def import_jsonl(engine: Engine, content: bytes | str, *, source: str = "<input>
         StorageError, VersionConflictError (after retrying).
     """
     memories = read_jsonl(content, source=source)
-    with SQLStorage(engine, cache_scopes=0) as storage:
-        return import_scoped(storage, memories)
+    engine = engine_for(storage, needed_by="a JSON Lines import")
+    with SQLStorage(engine, cache_scopes=0) as uncached:
+        return import_scoped(uncached, memories)
 
 
 def import_scoped(storage: MemoryStorage, memories: list[ScopedMemory]) -> ImportResult:
@@ -226,17 +231,19 @@ def import_scoped(storage: MemoryStorage, memories: list[ScopedMemory]) -> Impor
     return ImportResult(memories=len(memories), changed=changed)
 
 
-def export_jsonl(engine: Engine, out: IO[str], *, tenant_id: str | None = None) -> int:
+def export_jsonl(
+    storage: MemoryStorage | Engine, out: IO[str], *, tenant_id: str | None = None
+) -> int:
     """Write every memory of ``tenant_id`` (None: of the whole database) to ``out`` as JSON
     Lines (:func:`iter_jsonl`), and return how many were written."""
     written = 0
-    for line in iter_jsonl(engine, tenant_id=tenant_id):
+    for line in iter_jsonl(storage, tenant_id=tenant_id):
         out.write(line + "\n")
         written += 1
     return written
 
 
-def iter_jsonl(engine: Engine, *, tenant_id: str | None = None) -> Iterator[str]:
+def iter_jsonl(storage: MemoryStorage | Engine, *, tenant_id: str | None = None) -> Iterator[str]:
     """Every memory of ``tenant_id`` (None: of the whole database) as a JSON Lines line
     (without its newline), ordered by tenant, user and agent, read one at a time.
 
@@ -244,10 +251,11 @@ def iter_jsonl(engine: Engine, *, tenant_id: str | None = None) -> Iterator[str]
     exported before or after the change.
     """
     tenant = None if tenant_id is None else Scope.of(tenant_id=tenant_id).tenant_id
+    engine = engine_for(storage, needed_by="a JSON Lines export")
     keys = memory_keys(engine, tenant_id=tenant)
-    with SQLStorage(engine, cache_scopes=0) as storage:
+    with SQLStorage(engine, cache_scopes=0) as uncached:
         for tenant, user, agent in keys:
-            doc = storage.load(user_id=user, agent_name=agent or None, tenant_id=tenant)
+            doc = uncached.load(user_id=user, agent_name=agent or None, tenant_id=tenant)
             if doc.version == 0:  # forgotten since the keys were read
                 continue
             line = {

@@ -1,6 +1,7 @@
 """The spool's file: conversations kept on local disk while the queue's database is away.
 
-A :class:`Journal` is one SQLite file (WAL, ``synchronous=FULL``): :meth:`~Journal.append`
+A :class:`Journal` is one SQLite file (WAL, ``synchronous=FULL``; its SQL is
+:mod:`memory_sql.storage.spool_file`'s): :meth:`~Journal.append`
 returns only once its rows are committed and synced to disk, so a conversation the spool took
 survives the process being killed, and the machine losing power. Rows are appended, never
 changed, and removed by id once the queue holds them (:meth:`~Journal.remove`).
@@ -24,11 +25,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from ..driver_errors import DRIVER_ERRORS
+from ..driver_errors import driver_errors, quietly
 from ..errors import StorageError
 from ..intake.messages import Message
 from ..intake.signals import Signals
 from ..scope import Scope
+from ..storage import spool_file as sql
 from .pending import Enqueued
 
 try:
@@ -37,20 +39,6 @@ except ImportError:  # pragma: no cover - not POSIX: one process per spool direc
     # typeshed types fcntl as always there; here it is not (checked before each use).
     fcntl = None  # type: ignore[assignment]
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS spooled (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    tenant_id TEXT NOT NULL,
-    user_id TEXT NOT NULL,
-    agent_name TEXT,
-    thread_id TEXT NOT NULL,
-    immediate INTEGER NOT NULL,
-    messages TEXT NOT NULL,
-    correction INTEGER NOT NULL,
-    reinforcement INTEGER NOT NULL,
-    spooled_at TEXT NOT NULL
-)
-"""
 MAX_SLOTS = 1024
 
 
@@ -70,13 +58,13 @@ class Journal:
         self._lock_file = lock_file
         self._lock = threading.Lock()
         try:
-            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.execute(_SCHEMA)
-        except DRIVER_ERRORS as exc:
+            with driver_errors(f"cannot open the spool file {path}"):
+                self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+                for statement in sql.OPEN:
+                    self._db.execute(statement)
+        except StorageError:
             self._release_lock()
-            raise StorageError(f"cannot open the spool file {path}: {exc}") from exc
+            raise
 
     def append(self, items: Sequence[tuple[Enqueued, datetime]]) -> list[int]:
         """Write ``items`` (each with the time it came) in one transaction, synced to disk
@@ -102,12 +90,7 @@ class Journal:
         with self._writing() as db:
             ids = []
             for row in rows:
-                cursor = db.execute(
-                    "INSERT INTO spooled (tenant_id, user_id, agent_name, thread_id, immediate, "
-                    "messages, correction, reinforcement, spooled_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    row,
-                )
+                cursor = db.execute(sql.APPEND, row)
                 ids.append(int(cursor.lastrowid or 0))
             return ids
 
@@ -115,38 +98,30 @@ class Journal:
         """Up to ``limit`` rows, oldest first, but those of ``skip`` (they stay until
         :meth:`remove`)."""
         with self._reading() as db:
-            rows = db.execute(
-                "SELECT id, tenant_id, user_id, agent_name, thread_id, immediate, messages, "
-                "correction, reinforcement FROM spooled ORDER BY id LIMIT ?",
-                (limit + len(skip),),
-            ).fetchall()
+            rows = db.execute(sql.TAKE, (limit + len(skip),)).fetchall()
         return [_spooled(row) for row in rows if row[0] not in skip][:limit]
 
     def remove(self, ids: Sequence[int]) -> None:
         """Delete the rows ``ids`` (now in the queue)."""
         with self._writing() as db:
-            for start in range(0, len(ids), 500):
-                chunk = list(ids[start : start + 500])
-                marks = ",".join("?" * len(chunk))
-                db.execute(f"DELETE FROM spooled WHERE id IN ({marks})", chunk)
+            for start in range(0, len(ids), sql.REMOVE_AT_ONCE):
+                chunk = list(ids[start : start + sql.REMOVE_AT_ONCE])
+                db.execute(sql.remove(len(chunk)), chunk)
 
     def tenants(self) -> dict[tuple[str, str, str | None, str, bool], int]:
         """How many rows each key (tenant, user, agent, thread, immediate) has."""
         with self._reading() as db:
-            rows = db.execute(
-                "SELECT tenant_id, user_id, agent_name, thread_id, immediate, count(*) "
-                "FROM spooled GROUP BY 1, 2, 3, 4, 5"
-            ).fetchall()
+            rows = db.execute(sql.KEYS).fetchall()
         return {(t, u, a, th, bool(i)): n for t, u, a, th, i, n in rows}
 
     def __len__(self) -> int:
         with self._reading() as db:
-            return int(db.execute("SELECT count(*) FROM spooled").fetchone()[0])
+            return int(db.execute(sql.COUNT).fetchone()[0])
 
     def close(self) -> None:
         """Close the file and give up its ownership (its rows stay for the next owner)."""
         with self._lock:
-            with suppress(*DRIVER_ERRORS):
+            with quietly():
                 self._db.close()
             self._release_lock()
 
@@ -175,38 +150,30 @@ class _Transaction:
         db = self.journal._db
         if self.write:
             try:
-                db.execute("BEGIN IMMEDIATE")
-            except DRIVER_ERRORS as exc:
+                with driver_errors(f"cannot write the spool file {self.journal.path}"):
+                    db.execute(sql.BEGIN_WRITE)
+            except StorageError:
                 self.journal._lock.release()
-                raise StorageError(
-                    f"cannot write the spool file {self.journal.path}: {exc}"
-                ) from exc
+                raise
         return db
 
-    def __exit__(self, exc_type: object, exc: object, _tb: object) -> None:
+    def __exit__(self, exc_type: object, exc: BaseException | None, _tb: object) -> None:
         db = self.journal._db
+        verb = "write" if self.write else "read"
         try:
-            if self.write:
-                if exc_type is None:
+            with driver_errors(f"cannot {verb} the spool file {self.journal.path}"):
+                if self.write and exc_type is None:
                     try:
-                        db.execute("COMMIT")
-                    except DRIVER_ERRORS as error:
-                        with suppress(*DRIVER_ERRORS):
-                            db.execute("ROLLBACK")
-                        raise StorageError(
-                            f"cannot write the spool file {self.journal.path}: {error}"
-                        ) from error
-                else:
-                    with suppress(*DRIVER_ERRORS):
-                        db.execute("ROLLBACK")
-                    if isinstance(exc, DRIVER_ERRORS):
-                        raise StorageError(
-                            f"cannot write the spool file {self.journal.path}: {exc}"
-                        ) from exc
-            elif isinstance(exc, DRIVER_ERRORS):
-                raise StorageError(
-                    f"cannot read the spool file {self.journal.path}: {exc}"
-                ) from exc
+                        db.execute(sql.COMMIT)
+                    except BaseException:
+                        with quietly():
+                            db.execute(sql.ROLLBACK)
+                        raise
+                elif self.write:
+                    with quietly():
+                        db.execute(sql.ROLLBACK)
+                if exc is not None:
+                    raise exc  # a driver's error becomes a StorageError; others go on as they are
         finally:
             self.journal._lock.release()
 

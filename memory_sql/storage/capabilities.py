@@ -27,7 +27,8 @@ capability                what it is (who needs it)                            S
 A backend lists what it has in ``capabilities``; code that needs one asks :func:`require`,
 which returns the storage's SQL engine (the handle the capability's ``storage`` module takes)
 or raises :class:`~memory_sql.errors.CapabilityMissingError` naming what is missing. Nothing
-outside ``storage/`` tests the backend's class.
+outside ``storage/`` tests the backend's class. The operations of :mod:`memory_sql.ops` take
+a storage and ask :func:`engine_for` (an engine is taken as it is, for callers holding one).
 """
 
 from __future__ import annotations
@@ -81,6 +82,23 @@ def require(
     if capability not in storage.capabilities or engine is None:
         raise CapabilityMissingError(capability.value, type(storage).__name__, needed_by)
     return engine
+
+
+def engine_for(
+    storage: MemoryStorage | Engine,
+    capability: Capability = Capability.OPERATIONS,
+    *,
+    needed_by: str | None = None,
+) -> Engine:
+    """The SQL engine behind ``storage``'s ``capability`` (:func:`require`); an engine as it
+    is.
+
+    Raises:
+        CapabilityMissingError: ``storage`` lacks ``capability``.
+    """
+    if isinstance(storage, Engine):
+        return storage
+    return require(storage, capability, needed_by=needed_by)
 
 
 def sql_engine(storage: MemoryStorage) -> Engine | None:

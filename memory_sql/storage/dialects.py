@@ -11,23 +11,38 @@ frozen, excepted). A new database is one more subclass here.
 - whether the database is a file (another process sees it through the file) or a server;
 - the full-text index's match (one memory's facts holding any term, with their text or their
   BM25 score) and the search condition across memories (every term, as a prefix too), with
-  its rank.
+  its rank;
+- the engine: its arguments (:meth:`SQLDialect.engine_arguments`: SQLite's busy timeout,
+  PostgreSQL's connect and statement timeouts) and what each new connection gets
+  (:meth:`SQLDialect.prepare_engine`: SQLite's PRAGMAs and ``BEGIN``, PostgreSQL's tenant
+  setting through :meth:`SQLDialect.set_session`);
+- the migration lock (:meth:`SQLDialect.lock_transaction`: SQLite's write lock, a PostgreSQL
+  advisory lock), the queue's wake-ups (:attr:`SQLDialect.notifies`: ``LISTEN/NOTIFY``, or
+  polling the file) and the driver fast paths (:attr:`SQLDialect.fast_path`).
+
+:func:`memory_sql.database.create_engine` and :mod:`memory_sql.migrations`, below ``storage/``
+in the layering, read this module when called (it imports only :mod:`memory_sql.scope`,
+:mod:`memory_sql.tenancy` and :mod:`memory_sql.driver_errors`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+import time
 import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any, cast
 from urllib.parse import unquote, urlsplit
 
 import sqlalchemy as sa
+from sqlalchemy import event
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.engine.default import DefaultDialect
 
+from .. import tenancy
+from ..driver_errors import SQLITE_BUSY_TIMEOUT_SECONDS, is_locked
 from ..scope import Scope
 
 
@@ -55,7 +70,44 @@ class SQLDialect:
     """Whether a statement may hold data-modifying CTEs (``WITH moved AS (INSERT …) DELETE
     …``): two writes in one round trip."""
 
+    drivers: tuple[str, ...] = ()
+    """The SQLAlchemy driver names memory_sql accepts for the database (``scheme+driver``)."""
+    fast_path: str | None = None
+    """The driver whose hand-written paths (:mod:`.driver`, :class:`~.sql.SQLStorage`'s
+    one-statement save and reads) the database takes: ``"psycopg"`` or ``"sqlite3"``; None
+    (a database added without them): SQLAlchemy's paths only, which every feature has."""
+    notifies: bool = False
+    """Whether the database tells a listener of new queue work (``LISTEN``/``NOTIFY``,
+    :mod:`.wakeups`); otherwise a worker polls the file."""
+
     _insert: Any
+
+    # the engine -----------------------------------------------------------------------------
+
+    def engine_arguments(
+        self,
+        kwargs: dict[str, Any],
+        *,
+        statement_timeout: float | None,
+        connect_timeout: float,
+    ) -> dict[str, Any]:
+        """``kwargs`` for ``sqlalchemy.create_engine`` with this database's defaults added
+        (what the caller set is kept)."""
+        return kwargs
+
+    def prepare_engine(self, engine: Engine, *, tenant_default: str) -> None:
+        """Install what each connection of ``engine`` needs when it is made, begun or checked
+        out (``tenant_default``: the tenant a connection acts for outside any
+        :func:`~memory_sql.tenancy.acting_for`, where the database keeps tenants apart)."""
+
+    def set_session(self, dbapi_connection: Any, name: str, value: str) -> None:
+        """Set the session setting ``name`` to ``value`` on a driver connection, outside any
+        transaction (no rollback undoes it). Raises the driver's error."""
+        raise NotImplementedError(f"{self.name} has no session settings")
+
+    def lock_transaction(self, connection: Connection, key: tuple[int, int]) -> None:
+        """Hold the lock ``key`` until ``connection``'s transaction (begun with
+        :attr:`write_options`) ends: one such transaction at a time, across processes."""
 
     def insert(self, table: sa.Table) -> Any:
         """The dialect's INSERT (it has ``on_conflict_do_nothing/_update``)."""
@@ -125,11 +177,53 @@ class SQLDialect:
 class SQLite(SQLDialect):
     name = "sqlite"
     server = False
+    drivers = ("sqlite", "sqlite+pysqlite")
+    fast_path = "sqlite3"
     write_options = {"sqlite_begin": "IMMEDIATE"}
     begin_write = "BEGIN IMMEDIATE"
     # Rewrites the migration stamp to itself (rolled back).
     writable_probe = "UPDATE alembic_version SET version_num = version_num"
     _insert = staticmethod(sqlite.insert)
+
+    def engine_arguments(
+        self,
+        kwargs: dict[str, Any],
+        *,
+        statement_timeout: float | None,
+        connect_timeout: float,
+    ) -> dict[str, Any]:
+        kwargs.setdefault("connect_args", {}).setdefault("timeout", SQLITE_BUSY_TIMEOUT_SECONDS)
+        return kwargs
+
+    def prepare_engine(self, engine: Engine, *, tenant_default: str) -> None:
+        """WAL journaling (a file), the busy timeout, foreign keys; and real transactions:
+        SQLAlchemy emits ``BEGIN`` itself (pysqlite would defer it to the first write, so two
+        reads in one transaction could see different data), ``BEGIN IMMEDIATE`` on a
+        connection with :attr:`write_options`. No row-level security: the tenant filter of
+        every query is the isolation."""
+        is_file = engine.url.database not in (None, "", ":memory:")
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+            dbapi_connection.isolation_level = None
+            cursor = dbapi_connection.cursor()
+            if is_file:
+                _journal_mode_wal(cursor)
+            cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_SECONDS * 1000)}")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.close()
+
+        @event.listens_for(engine, "begin")
+        def _on_begin(connection: sa.Connection) -> None:
+            options = connection.get_execution_options()
+            if options.get("isolation_level") == "AUTOCOMMIT":
+                return
+            connection.exec_driver_sql(f"BEGIN {options.get('sqlite_begin', '')}".strip())
+
+    def lock_transaction(self, connection: Connection, key: tuple[int, int]) -> None:
+        """The transaction holds the file's write lock from its ``BEGIN IMMEDIATE`` on: one
+        lock for the whole database, whatever ``key``."""
 
     def driver_paramstyle(self, dialect: sa.Dialect) -> sa.Dialect:
         return cast("type[DefaultDialect]", type(dialect))(paramstyle="named")
@@ -176,6 +270,9 @@ ORDER BY h.score, f.fact_id"""
 class PostgreSQL(SQLDialect):
     name = "postgresql"
     server = True
+    drivers = ("postgresql+psycopg",)
+    fast_path = "psycopg"
+    notifies = True
     row_security = True
     # Read-only transactions refuse any UPDATE before looking for rows; a role the service
     # runs as may update the queue, not the migration stamp.
@@ -183,6 +280,48 @@ class PostgreSQL(SQLDialect):
     raw_fts = True
     writes_in_ctes = True
     _insert = staticmethod(postgresql.insert)
+
+    def engine_arguments(
+        self,
+        kwargs: dict[str, Any],
+        *,
+        statement_timeout: float | None,
+        connect_timeout: float,
+    ) -> dict[str, Any]:
+        """Connections recycled after 30 minutes; connecting and a pool checkout give up after
+        ``connect_timeout``; a statement after ``statement_timeout`` seconds (None: no limit),
+        a lock wait after a third of it; timestamps arrive in UTC, as they are kept (no
+        conversion per value on the way in)."""
+        kwargs.setdefault("pool_recycle", 1800)
+        kwargs.setdefault("pool_timeout", connect_timeout)
+        connect_args = kwargs.setdefault("connect_args", {})
+        connect_args.setdefault("connect_timeout", int(connect_timeout))
+        options = "-c TimeZone=UTC"
+        if statement_timeout is not None:
+            options += (
+                f" -c statement_timeout={int(statement_timeout * 1000)}"
+                f" -c lock_timeout={int(statement_timeout * 1000 / 3)}"
+            )
+        connect_args["options"] = f"{connect_args.get('options', '')} {options}".strip()
+        return kwargs
+
+    def prepare_engine(self, engine: Engine, *, tenant_default: str) -> None:
+        """Each connection handed out carries the tenant row-level security lets it see
+        (:func:`memory_sql.tenancy.guard_engine`)."""
+        tenancy.guard_engine(engine, default=tenant_default, set_session=self.set_session)
+
+    def set_session(self, dbapi_connection: Any, name: str, value: str) -> None:
+        autocommit = dbapi_connection.autocommit
+        dbapi_connection.autocommit = True
+        with dbapi_connection.cursor() as cursor:
+            cursor.execute("SELECT set_config(%s, %s, false)", (name, value))
+        dbapi_connection.autocommit = autocommit
+
+    def lock_transaction(self, connection: Connection, key: tuple[int, int]) -> None:
+        """A transaction-level advisory lock (released at commit or rollback)."""
+        connection.execute(
+            sa.text("SELECT pg_advisory_xact_lock(:a, :b)"), {"a": key[0], "b": key[1]}
+        )
 
     def lock_rows(
         self, query: sa.Select[Any], *, of: Any = None, skip_locked: bool = False
@@ -254,6 +393,11 @@ def dialect_of(bind: Engine | Connection | sa.Dialect | URL | str) -> SQLDialect
         ) from None
 
 
+def supported_drivers() -> tuple[str, ...]:
+    """Every driver name of :attr:`SQLDialect.drivers`, of every database."""
+    return tuple(driver for dialect in _DIALECTS.values() for driver in dialect.drivers)
+
+
 def is_server(bind: Engine | Connection | sa.Dialect | URL | str) -> bool:
     """Whether the database is a server (PostgreSQL), not a file other processes share."""
     return dialect_of(bind).server
@@ -279,6 +423,21 @@ def database_file(url: URL) -> str | None:
 def write_options(bind: Engine | Connection) -> Mapping[str, str]:
     """:attr:`SQLDialect.write_options` of ``bind``'s database."""
     return dialect_of(bind).write_options
+
+
+def _journal_mode_wal(cursor: Any) -> None:
+    """Switch a SQLite file to WAL journaling (it stays so). Connections racing on a file
+    still in rollback mode (processes opening a new database at once) can get "database is
+    locked" here at once, SQLite's busy handler not being called for it: tried again."""
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_SECONDS
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except Exception as exc:
+            if not is_locked(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
 
 
 # full-text helpers -------------------------------------------------------------------------

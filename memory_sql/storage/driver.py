@@ -144,6 +144,8 @@ def pg_times(values: Any) -> list[datetime | None]:
 def unobserved(engine: Engine) -> bool:
     """Whether statements may bypass SQLAlchemy: nobody listens to its statement events
     (tests, tracing instrumentation) nor has it echo them."""
+    if dialect_of(engine).fast_path is None:  # a database without them: SQLAlchemy's paths
+        return False
     dispatch = engine.dispatch
     return not (dispatch.before_cursor_execute or dispatch.after_cursor_execute or engine.echo)
 
@@ -359,7 +361,7 @@ class DriverConnection:
         else:
             self.kept = None
         dialect = engine.dialect
-        postgres = dialect_of(dialect).server
+        postgres = dialect_of(dialect).fast_path == "psycopg"
         if postgres:
             _local.driver = True
         try:
@@ -449,7 +451,7 @@ def read_facts_by_driver(
     connection not to be had raises SQLAlchemy's error, as ``engine.connect()`` would."""
     if not unobserved(engine):
         return None
-    postgres = dialect_of(engine).server
+    postgres = dialect_of(engine).fast_path == "psycopg"
     sql, fixed = compiled_for_driver(statement, engine.dialect)
     try:
         with DriverConnection(engine) as dbapi:

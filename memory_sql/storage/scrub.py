@@ -27,7 +27,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from ..driver_errors import DATABASE_ERRORS, violated_constraint
+from ..driver_errors import is_refusal
 from ..models import fact_digest, utcnow
 from ..schema import (
     memory_fact_events,
@@ -177,8 +177,8 @@ def _write(
             try:
                 with conn.begin_nested():
                     conn.execute(sa.update(table).where(where).values(**values))
-            except DATABASE_ERRORS as exc:  # a duplicate of another live fact once redacted
-                if violated_constraint(exc) != "uq_memory_facts_live_content_key":
+            except Exception as exc:  # a duplicate of another live fact once redacted
+                if not is_refusal(exc, "uq_memory_facts_live_content_key"):
                     raise
                 values["valid_to"] = utcnow()
                 del values["content_key"]

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from sqlalchemy.engine import URL, Connection, Engine
 
 from ..database import database_errors, reconnecting, redacted
-from ..driver_errors import DATABASE_ERRORS, is_integrity_error, violated_constraint
+from ..driver_errors import is_refusal
 from ..errors import DuplicateFactError, StorageError, VersionConflictError
 from ..migrations import ensure_at_head, open_engine
 from ..models import (
@@ -262,7 +262,7 @@ class _IdTaken(Exception):
 
 def _id_taken(exc: BaseException) -> bool:
     """Whether ``exc`` is the facts' primary key refusing an id."""
-    return violated_constraint(exc) == _FACT_ID_KEY
+    return is_refusal(exc, _FACT_ID_KEY)
 
 
 _FACT_ID_KEY = str(memory_facts.primary_key.name)
@@ -708,7 +708,7 @@ class SQLStorage(MemoryStorage):
             self.engine = open_engine(engine_or_url)
             self._owns_engine = True
         self._dialect = dialect_of(self.engine)
-        self._postgres = self._dialect.server
+        self._postgres = self._dialect.fast_path == "psycopg"
         self._write_options = self._dialect.write_options
         self._cache = DocumentCache(cache_scopes)
         dialect = self.engine.dialect
@@ -898,7 +898,7 @@ class SQLStorage(MemoryStorage):
                     new_version = expected_version + 1
                     try:
                         self._write(conn, scope, changes, new_version, now, make_way)
-                    except DATABASE_ERRORS as exc:
+                    except Exception as exc:
                         if make_way or not changes.inserted or not _id_taken(exc):
                             raise
                         raise _IdTaken from exc  # rolled back; again, making way
@@ -1110,12 +1110,12 @@ class SQLStorage(MemoryStorage):
             with database_errors(self.engine, f"memory {scope}"):
                 try:
                     yield
-                except DATABASE_ERRORS as exc:
-                    if not is_integrity_error(exc):
+                except Exception as exc:
+                    if not is_refusal(exc):
                         raise
                     if doc is not None:
                         check_fact_ids(scope, doc)
-                    if violated_constraint(exc) != _LIVE_CONTENT_KEY:
+                    if not is_refusal(exc, _LIVE_CONTENT_KEY):
                         raise
                     duplicate = doc.duplicate_fact() if doc is not None else None
                     content = duplicate.content if duplicate is not None else None

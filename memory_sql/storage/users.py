@@ -147,9 +147,9 @@ def users_in_database(engine: Engine) -> set[str] | None:
     when it has no memory_sql tables (not a memory_sql database).
 
     Raises:
-        SQLAlchemyError: the database cannot be read (the caller says what it is).
+        StorageError: the database cannot be read.
     """
-    with engine.connect() as conn:
+    with database_errors(engine, "reading its users"), engine.connect() as conn:
         tables = set(sa.inspect(conn).get_table_names())
         if memory_scopes.name not in tables:
             return None

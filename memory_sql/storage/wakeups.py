@@ -181,7 +181,7 @@ def wakeup_source(
 ) -> NotifyListener | ChangePoller | None:
     """The wake-up source for ``engine``'s database (not started): a listener on PostgreSQL,
     a poller for a SQLite file, None for an in-memory SQLite database (no other process)."""
-    if dialect_of(engine).server:
+    if dialect_of(engine).notifies:
         return NotifyListener(engine, on_due, on_change)
     database = database_file(engine.url)
     if database is None or (engine.url.database or "").startswith("file:"):

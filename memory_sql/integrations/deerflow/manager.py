@@ -459,7 +459,7 @@ class SQLMemoryManager(MemoryManager):
         An update already running may still save afterwards (as with ``forget``)."""
         scope = self._scope(user_id, agent_name)
         if _agent(agent_name) is None:
-            ops.forget_user(self._engine, scope.user_id, tenant_id=scope.tenant_id)
+            ops.forget_user(self._storage, scope.user_id, tenant_id=scope.tenant_id)
         else:
             self._change(scope, lambda doc: setattr(doc, "facts", []))
             self._drop_waiting_updates(scope)
@@ -470,7 +470,7 @@ class SQLMemoryManager(MemoryManager):
         :meth:`clear_memory`; an agent: that agent's sections, facts and waiting updates."""
         scope = self._scope(user_id, agent_name)
         if _agent(agent_name) is None:
-            ops.forget_user(self._engine, scope.user_id, tenant_id=scope.tenant_id)
+            ops.forget_user(self._storage, scope.user_id, tenant_id=scope.tenant_id)
             return
 
         def empty(doc: MemoryDocument) -> None:

@@ -334,7 +334,7 @@ def users(console: SignedIn, q: str = "") -> Response:
 def _users_page(console: Console, q: str = "") -> Response:
     with console.caller.acting():
         found = ops.list_users(
-            console.state.engine, tenant_id=console.caller.tenant_id, contains=q, limit=200
+            console.state.storage, tenant_id=console.caller.tenant_id, contains=q, limit=200
         )
     return console.page("users.html", users=found, q=q)
 
@@ -353,7 +353,7 @@ def _user_page(console: Console, user_id: str) -> Response:
     holding facts), else the page listing their agents."""
     caller = console.caller
     with caller.acting():
-        found = ops.list_users(console.state.engine, tenant_id=caller.tenant_id, user_id=user_id)
+        found = ops.list_users(console.state.storage, tenant_id=caller.tenant_id, user_id=user_id)
     if not found:
         return console.failure(404, f"no memory of user {user_id!r}", "No such user")
     user = found[0]
@@ -386,11 +386,11 @@ def _memory_page(
         return scope
     with caller.acting():
         doc = redacted_document(console.state.storage.load(**scope.arguments()))
-        summary = ops.list_users(console.state.engine, tenant_id=caller.tenant_id, user_id=user_id)
+        summary = ops.list_users(console.state.storage, tenant_id=caller.tenant_id, user_id=user_id)
         facts = doc.facts
         if q.strip():
             found = ops.search_facts(
-                console.state.engine,
+                console.state.storage,
                 q,
                 tenant_id=caller.tenant_id,
                 user_id=scope.user_id,
@@ -521,7 +521,7 @@ def fact_history(console: SignedIn, user_id: str, fact_id: str, agent: str = "")
     if isinstance(scope, Response):
         return scope
     with caller.acting():
-        events, _ = history.change_log(console.state.engine, scope, fact_id=fact_id, limit=500)
+        events, _ = history.change_log(console.state.storage, scope, fact_id=fact_id, limit=500)
         doc = redacted_document(console.state.storage.load(**scope.arguments()))
     if not events:
         return console.failure(404, f"no history of fact {fact_id!r}", "No such fact")
@@ -569,7 +569,7 @@ def forget(console: Posted, user_id: str, confirm: Annotated[str, Form()] = "") 
             raise Refused(400, f"type the user's id ({user_id}) to confirm forgetting them")
         with console.caller.acting():
             return ops.forget_user(
-                console.state.engine, user_id, tenant_id=console.caller.tenant_id
+                console.state.storage, user_id, tenant_id=console.caller.tenant_id
             )
 
     deleted, problem, code = _attempt(apply)
@@ -646,7 +646,7 @@ def _queue_change(
 @router.get("/reports")
 def reports(console: SignedIn, days: Annotated[int, Query(ge=1, le=366)] = 30) -> Response:
     with console.caller.acting():
-        report = build_report(console.state.engine, tenant_id=console.caller.tenant_id, days=days)
+        report = build_report(console.state.storage, tenant_id=console.caller.tenant_id, days=days)
     day_names = [row["day"] for row in report["activity"]]
     fields = ("calls", "failures", "prompt", "completion")
     usage = {day: dict.fromkeys(fields, 0) for day in day_names}

@@ -99,7 +99,7 @@ def precondition(
     expected = expected_version(if_match)
     with caller.acting():
         if expected == ANY_VERSION and not ops.memory_exists(
-            state.engine, scope.user_id, agent_name=scope.agent_name, tenant_id=scope.tenant_id
+            state.storage, scope.user_id, agent_name=scope.agent_name, tenant_id=scope.tenant_id
         ):
             raise stale(ANY_VERSION, None)
         try:

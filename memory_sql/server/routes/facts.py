@@ -115,11 +115,11 @@ def list_facts(
         versions = {scope.agent_name: version}
     else:
         with caller.acting():
-            versions = ops.memory_versions(state.engine, scope.user_id, tenant_id=scope.tenant_id)
+            versions = ops.memory_versions(state.storage, scope.user_id, tenant_id=scope.tenant_id)
             if not (versions if every_agent else scope.agent_name in versions):
                 raise not_found(f"no memory of user {user_id!r}")
             records = ops.search_facts(
-                state.engine,
+                state.storage,
                 q,
                 category=category,
                 min_confidence=min_confidence,
@@ -297,7 +297,7 @@ def _changes(
     scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=caller.tenant_id)
     with caller.acting():
         events, cursor = history.change_log(
-            state.engine, scope, fact_id=fact_id, after=after, limit=limit
+            state.storage, scope, fact_id=fact_id, after=after, limit=limit
         )
         if not events and after is None:
             what = f"fact {fact_id!r}" if fact_id else f"memory of user {user_id!r}"

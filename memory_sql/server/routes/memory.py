@@ -155,7 +155,7 @@ def put_memory(
     response_class=StreamingResponse,
 )
 def export(caller: Reader, state: State) -> StreamingResponse:
-    lines = ops.iter_jsonl(state.engine, tenant_id=caller.tenant_id)
+    lines = ops.iter_jsonl(state.storage, tenant_id=caller.tenant_id)
     # The first line is read before the status is sent, so that a database that fails answers
     # 503 rather than a 200 with an empty (or cut) body.
     with caller.acting():
@@ -197,7 +197,7 @@ def _import(body: bytes, caller: Caller, state: ServerState) -> dict[str, int]:
 )
 def forget(user_id: str, caller: Admin, state: State) -> Any:
     with caller.acting():
-        deleted = ops.forget_user(state.engine, user_id, tenant_id=caller.tenant_id)
+        deleted = ops.forget_user(state.storage, user_id, tenant_id=caller.tenant_id)
     if not any(deleted.values()):
         raise not_found(f"nothing is stored of user {user_id!r}")
     return {"deleted": deleted}

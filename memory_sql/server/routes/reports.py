@@ -27,7 +27,7 @@ def reports(
     largest: Annotated[int, Query(ge=1, le=100)] = 10,
 ) -> Any:
     with caller.acting():
-        report = build_report(state.engine, tenant_id=caller.tenant_id, days=days, largest=largest)
+        report = build_report(state.storage, tenant_id=caller.tenant_id, days=days, largest=largest)
         budget = state.service.budget
         if budget.limited:
             report["llm_budget"] = {
