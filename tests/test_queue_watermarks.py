@@ -168,6 +168,10 @@ def test_notices_of_a_burst_share_one_claim(engine):
     class CountedQueue(UpdateQueue):
         """The real queue, recording how many rows each claim took."""
 
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.taken: list[int] = []
+
         def claim(self, limit, *, now=None):
             items = super().claim(limit, now=now)
             self.taken.append(len(items))
