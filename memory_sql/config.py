@@ -294,6 +294,19 @@ class QueueSettings(_Settings):
         return self
 
 
+class DatabaseSettings(_Settings):
+    """How memory_sql talks to its PostgreSQL database (SQLite ignores this section)."""
+
+    prepare_threshold: int | None = Field(
+        5,
+        ge=0,
+        le=1_000_000,
+        description="Executions of one statement on a connection before psycopg prepares it on "
+        "the server (parsed and planned once; 0: at once); empty: never (a pooler that does not "
+        "keep prepared statements).",
+    )
+
+
 class SpoolSettings(_Settings):
     """Conversations kept on local disk while the queue's database cannot take them
     (:mod:`memory_sql.queue.spool`); past its bounds a conversation is refused, not dropped."""
@@ -315,6 +328,36 @@ class SpoolSettings(_Settings):
         description="Its folder; default: next to a SQLite database (<file>.spool/), else "
         "$XDG_STATE_HOME/memory_sql/spool/<digest of the storage URL>/.",
     )
+
+
+class ReplicaSettings(_Settings):
+    """Read replicas (docs/replication.md): the HTTP service's context, search, facts listing,
+    export, history and console read from a streaming standby whose replay lag is within
+    bounds; writes, the queue and reads that need the newest version go to ``storage``."""
+
+    url: str | None = Field(
+        None,
+        description="A replica's database URL (postgresql+psycopg://…; a libpq multi-host URL "
+        "with target_session_attrs=prefer-standby or read-only); none: every read goes to "
+        "storage.",
+    )
+    max_lag_seconds: float = Field(
+        5.0,
+        ge=0,
+        le=86_400,
+        description="A replica whose replay lag is beyond this many seconds is not read; its "
+        "reads go to storage until it catches up.",
+    )
+    lag_check_seconds: float = Field(
+        1.0,
+        gt=0,
+        le=3_600,
+        description="How long a replica's measured lag is trusted before it is measured again.",
+    )
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        for name, value in super().__repr_args__():
+            yield name, redacted(value) if name == "url" and value is not None else value
 
 
 class UpdateSettings(_Settings):
@@ -357,6 +400,20 @@ class RecallSettings(_Settings):
         le=100,
         description="With embeddings, the weight of the vector ranking beside the text "
         "ranking in the reciprocal-rank fusion (0: lexical only).",
+    )
+    semantic_expansion_weight: float = Field(
+        1.0,
+        ge=0,
+        le=100,
+        description="With embeddings, the weight in the fusion of a second text lookup made "
+        "after it, by the terms of the best fused facts that the query lacks (0: none).",
+    )
+    semantic_expansion_facts: int = Field(
+        1,
+        ge=1,
+        le=50,
+        description="With embeddings, how many of the best fused facts give their terms to "
+        "that second lookup.",
     )
     guaranteed_categories: tuple[str, ...] = Field(
         ("correction",),
@@ -677,6 +734,7 @@ SECTIONS: dict[str, type[_Settings]] = {
     "llm": LLMSettings,
     "tokens": TokenSettings,
     "queue": QueueSettings,
+    "database": DatabaseSettings,
     "spool": SpoolSettings,
     "update": UpdateSettings,
     "recall": RecallSettings,
@@ -687,6 +745,7 @@ SECTIONS: dict[str, type[_Settings]] = {
     "server": ServerSettings,
     "safety": SafetySettings,
     "embedding": EmbeddingSettings,
+    "replicas": ReplicaSettings,
 }
 """The sections of :class:`MemoryConfig`, by name (its fields of the same names)."""
 
@@ -714,6 +773,7 @@ FLAT_KEYS: dict[str, tuple[str, str]] = {
     "sweep_interval_seconds": ("queue", "sweep_interval_seconds"),
     "queue_max_row_messages": ("queue", "max_row_messages"),
     "queue_max_row_bytes": ("queue", "max_row_bytes"),
+    "database_prepare_threshold": ("database", "prepare_threshold"),
     "spool_max_conversations": ("spool", "max_conversations"),
     "spool_max_per_tenant": ("spool", "max_per_tenant"),
     "spool_retry_seconds": ("spool", "retry_seconds"),
@@ -781,7 +841,12 @@ FLAT_KEYS: dict[str, tuple[str, str]] = {
     "embedding_retry_seconds": ("embedding", "retry_seconds"),
     "embedding_interval_seconds": ("embedding", "interval_seconds"),
     "recall_semantic_weight": ("recall", "semantic_weight"),
+    "recall_semantic_expansion_weight": ("recall", "semantic_expansion_weight"),
+    "recall_semantic_expansion_facts": ("recall", "semantic_expansion_facts"),
     "dedupe_cosine": ("update", "dedupe_cosine"),
+    "replica_url": ("replicas", "url"),
+    "replica_max_lag_seconds": ("replicas", "max_lag_seconds"),
+    "replica_lag_check_seconds": ("replicas", "lag_check_seconds"),
 }
 """Every flat key (an environment variable's name, and a key YAML and ``MemoryConfig(...)``
 accept) of a setting in a section: ``flat key → (section, field)``. The settings outside the
@@ -789,7 +854,7 @@ sections (``enabled``, ``storage``, ``storage_class``, ``auto_migrate``, ``patte
 their own flat keys."""
 _TOP_KEYS = ("enabled", "storage", "storage_class", "auto_migrate", "patterns_dir")
 _FLAT_OF = {place: flat for flat, place in FLAT_KEYS.items()}
-_URL_KEYS = ("storage", "llm_base_url", "embedding_base_url")  # shown through redacted()
+_URL_KEYS = ("storage", "llm_base_url", "embedding_base_url", "replica_url")  # redacted()
 
 
 class MemoryConfig(_Settings):
@@ -824,6 +889,9 @@ class MemoryConfig(_Settings):
     llm: LLMSettings = Field(default_factory=LLMSettings, description=LLMSettings.__doc__)
     tokens: TokenSettings = Field(default_factory=TokenSettings, description=TokenSettings.__doc__)
     queue: QueueSettings = Field(default_factory=QueueSettings, description=QueueSettings.__doc__)
+    database: DatabaseSettings = Field(
+        default_factory=DatabaseSettings, description=DatabaseSettings.__doc__
+    )
     spool: SpoolSettings = Field(default_factory=SpoolSettings, description=SpoolSettings.__doc__)
     update: UpdateSettings = Field(
         default_factory=UpdateSettings, description=UpdateSettings.__doc__
@@ -851,6 +919,9 @@ class MemoryConfig(_Settings):
     )
     embedding: EmbeddingSettings = Field(
         default_factory=EmbeddingSettings, description=EmbeddingSettings.__doc__
+    )
+    replicas: ReplicaSettings = Field(
+        default_factory=ReplicaSettings, description=ReplicaSettings.__doc__
     )
 
     def reply_token_limit(self) -> int:
@@ -1013,6 +1084,8 @@ class MemoryConfig(_Settings):
         if data["embedding"]["base_url"] is not None:
             data["embedding"]["base_url"] = redacted(data["embedding"]["base_url"])
         data["storage"] = redacted(data["storage"])
+        if data["replicas"]["url"] is not None:
+            data["replicas"]["url"] = redacted(data["replicas"]["url"])
         return data
 
     def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:

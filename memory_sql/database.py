@@ -5,12 +5,14 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
 import sqlalchemy as sa
+from sqlalchemy import event
 from sqlalchemy.engine import URL, Engine, make_url
 
 from . import tenancy
@@ -29,14 +31,22 @@ DEFAULT_DATABASE_URL = "sqlite:///memory_sql.db"
 URL_ENV = "MEMORY_SQL_DATABASE_URL"
 CONNECT_TIMEOUT_SECONDS = 10.0
 STATEMENT_TIMEOUT_SECONDS = 30.0
+PREPARE_THRESHOLD = 5
+"""psycopg's ``prepare_threshold``: a statement run this many times on a connection is
+prepared on the server (parsed and planned once), the driver's own default; None never
+prepares (``database.prepare_threshold``)."""
 
 
 def resolve_url(url: str | URL | None = None) -> URL:
     """``url``, else ``$MEMORY_SQL_DATABASE_URL``, else a SQLite file in the working directory.
 
-    ``postgresql://`` and ``postgres://`` mean psycopg 3 (``postgresql+psycopg://``).
+    ``postgresql://`` and ``postgres://`` mean psycopg 3 (``postgresql+psycopg://``). A
+    libpq multi-host URL (``…@h1:5432,h2:5432/db?target_session_attrs=read-write``) connects
+    to whichever of its hosts is the primary (docs/replication.md).
     """
     raw = url if url is not None else os.environ.get(URL_ENV) or DEFAULT_DATABASE_URL
+    if isinstance(raw, str):
+        raw = _hosts_as_query(raw)
     try:
         parsed = make_url(raw) if isinstance(raw, str) else raw
     except sa.exc.ArgumentError as exc:
@@ -52,11 +62,29 @@ def resolve_url(url: str | URL | None = None) -> URL:
     return parsed
 
 
+_MULTI_HOST = re.compile(
+    r"(?P<head>[A-Za-z0-9+]+://(?:[^@/?#]*@)?)(?P<hosts>[^/?#]*,[^/?#]*)(?P<tail>.*)"
+)
+
+
+def _hosts_as_query(url: str) -> str:
+    """A libpq multi-host URL (``postgresql://u@h1:5432,h2:5432/db?target_session_attrs=…``)
+    written as SQLAlchemy reads one: each host as a ``host=h:p`` query parameter; libpq then
+    tries them in order (docs/replication.md). Any other URL is returned as it is."""
+    match = _MULTI_HOST.fullmatch(url)
+    if match is None:
+        return url
+    path, _, query = match.group("tail").partition("?")
+    hosts = "&".join(f"host={host.strip()}" for host in match.group("hosts").split(",") if host)
+    return f"{match.group('head')}{path or '/'}?{hosts}{'&' + query if query else ''}"
+
+
 def create_engine(
     url: str | URL | None = None,
     *,
     statement_timeout: float | None = STATEMENT_TIMEOUT_SECONDS,
     tenant_default: str = tenancy.ALL_TENANTS,
+    prepare_threshold: int | None = PREPARE_THRESHOLD,
     **kwargs: Any,
 ) -> Engine:
     """A SQLAlchemy engine for ``url`` (see :func:`resolve_url`).
@@ -77,6 +105,8 @@ def create_engine(
     PostgreSQL connections carry the tenant that row-level security lets them see
     (:mod:`memory_sql.tenancy`): the one acted for, else ``tenant_default`` (every tenant, for
     the library and the CLI; :data:`~memory_sql.tenancy.NO_TENANT` for the HTTP service).
+    A statement run ``prepare_threshold`` times on a connection is prepared on the server
+    (None: never; the ``database.prepare_threshold`` setting).
 
     Each database's arguments and connection setup are its dialect's
     (:meth:`~memory_sql.storage.dialects.SQLDialect.engine_arguments`,
@@ -88,11 +118,44 @@ def create_engine(
     parsed = resolve_url(url)
     dialect = dialect_of(parsed)
     kwargs = dialect.engine_arguments(
-        kwargs, statement_timeout=statement_timeout, connect_timeout=CONNECT_TIMEOUT_SECONDS
+        kwargs,
+        statement_timeout=statement_timeout,
+        connect_timeout=CONNECT_TIMEOUT_SECONDS,
+        prepare_threshold=prepare_threshold,
     )
     engine = sa.create_engine(parsed, **kwargs)
     dialect.prepare_engine(engine, tenant_default=tenant_default)
+    if len(parsed.query.get("host", ())) > 1 and not isinstance(parsed.query["host"], str):
+        _note_servers(engine)
     return engine
+
+
+def _note_servers(engine: Engine) -> None:
+    """Log which of a multi-host URL's servers the engine's connections reach, when it
+    changes (a failover): :func:`note_server`."""
+    label = str(redacted(engine.url))
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        info = dbapi_connection.info
+        note_server(label, f"{info.host}:{info.port}")
+
+
+_servers: dict[str, str] = {}
+_servers_lock = threading.Lock()
+
+
+def note_server(url: str, server: str) -> None:
+    """Record that a connection of ``url`` (a multi-host URL, redacted) reached ``server``
+    (``host:port``); log it once when that is not the server its last connection reached: a
+    failover made another host the primary, and every connection now goes there."""
+    with _servers_lock:
+        before = _servers.get(url)
+        _servers[url] = server
+    if before is not None and before != server:
+        logger.warning("database %s: now connected to %s (was %s)", url, server, before)
+    elif before is None:
+        logger.info("database %s: connected to %s", url, server)
 
 
 def reconnecting(call: Callable[P, T]) -> Callable[P, T]:

@@ -196,7 +196,6 @@ memory_facts = Table(
     CheckConstraint("expected_valid_days > 0", name="expected_valid_days_positive"),
     Index("ix_memory_facts_tenant_category", "tenant_id", "category"),
     Index("ix_memory_facts_tenant_created_at", "tenant_id", "created_at"),
-    Index("ix_memory_facts_tenant_updated_at", "tenant_id", "updated_at"),
     comment="Durable facts about a user; duplicates (casefold) are impossible per scope.",
 )
 

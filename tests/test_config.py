@@ -21,6 +21,7 @@ from memory_sql.config import (
 from memory_sql.errors import ConfigError
 from memory_sql.recall.context import Recall
 from memory_sql.storage import FileStorage
+from memory_sql.storage.configured import open_configured
 from memory_sql.tokens import make_token_counter
 
 SECRET = "sk-test-DO-NOT-LEAK-1234"
@@ -475,3 +476,36 @@ def test_the_expansion_facts_reach_the_ranking(tmp_path: Path) -> None:
         assert recall.weights.expansion_facts == 3 and recall.weights.expansion == 0.5
     finally:
         recall.close()
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [({}, 5), ({"MEMORY_SQL_DATABASE_PREPARE_THRESHOLD": "0"}, 0)]
+    + [({"MEMORY_SQL_DATABASE_PREPARE_THRESHOLD": ""}, None)],
+)
+def test_the_prepare_threshold_is_read_flat_and_blank_is_never(
+    env: dict[str, str], expected: int | None
+) -> None:
+    assert MemoryConfig.from_env(env).database.prepare_threshold == expected
+
+
+def test_the_prepare_threshold_comes_from_the_database_section(tmp_path: Path) -> None:
+    path = write(tmp_path, "memory:\n  database: {prepare_threshold: 2}\n")
+    assert MemoryConfig.from_yaml(path).value("database_prepare_threshold") == 2
+    with pytest.raises(ConfigError, match="database.prepare_threshold"):
+        MemoryConfig(database={"prepare_threshold": -1})
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("threshold", [None, 0, 7])
+def test_the_prepare_threshold_reaches_psycopg(pg_url: str, threshold: int | None) -> None:
+    owned: list[Any] = []
+    config = MemoryConfig(storage=pg_url, database_prepare_threshold=threshold)
+    storage = open_configured(config, owned)
+    try:
+        with owned[0].connect() as conn:
+            assert conn.connection.dbapi_connection.prepare_threshold == threshold
+    finally:
+        storage.close()
+        for engine in owned:
+            engine.dispose()

@@ -334,3 +334,64 @@ def test_a_restated_fact_confirms_the_one_held_and_a_distinct_one_is_added(
     assert contents == sorted([*held, said[1]])
     shoes = next(f for f in doc.facts if f.id == ids[held[0]])
     assert shoes.confirmation_count == 1
+
+
+MULTI_HOP = [
+    *FACTS,
+    "Nimbus is the data warehouse loader",
+    "Nimbus keeps everything in ClickHouse",
+    "Harbor is the customs document service",
+    "Harbor went down in February because of an expired TLS certificate",
+]
+
+
+def test_the_expansion_finds_the_second_hop(embedding_server, db_url):
+    """A question names a project by its role; the fact that names it is found by text and
+    meaning, and through its name (the expansion after the fusion) the fact that answers,
+    which shares no word with the question. Without the expansion that fact is not near the
+    top; the in-process index answers both lookups from one build."""
+    scope, ids = seeded(db_url, MULTI_HOP)
+    # (the answer, within how many places): the small model puts other facts about
+    # databases beside the loader's
+    hops = {
+        "what engine sits under the data warehouse loader?": (
+            "Nimbus keeps everything in ClickHouse",
+            4,
+        ),
+        "has the customs document service had incidents?": (
+            "Harbor went down in February because of an expired TLS certificate",
+            2,
+        ),
+    }
+    service = MemoryService(semantic_config(embedding_server, db_url))
+    plain = MemoryService(
+        semantic_config(embedding_server, db_url, recall_semantic_expansion_weight=0.0),
+        start=False,
+    )
+    try:
+        assert service.flush(timeout=30)
+        doc = service.load(**scope.arguments())
+        for question, (answer, places) in hops.items():
+            expanded = service.recall.ranking(doc, scope, question)
+            fused = plain.recall.ranking(doc, scope, question)
+            assert ids[answer] in expanded[:places], question
+            assert ids[answer] not in fused[:places], question
+        assert service.recall.terms is not None and service.recall.terms.builds == 1
+        assert service.status()["embedding_query_fallbacks"] == 0
+    finally:
+        service.close()
+        plain.close()
+
+
+def test_the_model_is_faster_and_the_same(embedding_server):
+    """The forward pass as 2-D products (issue #31's throughput) gives the reference cosines
+    over HTTP for a batch of mixed lengths as for each text alone."""
+    embedder = Embedder(base_url=embedding_server.base_url, model="all-MiniLM-L6-v2")
+    try:
+        texts = [FACTS[0], " ".join(FACTS), "Allergic to peanuts", "我每天早上喝咖啡"]
+        together = embedder.embed(texts)
+        alone = np.stack([embedder.embed([text])[0] for text in texts])
+        assert np.abs(together - alone).max() < 1e-5  # padding changes nothing
+        assert float(together[0] @ together[2]) < 0.5  # a beagle is not a peanut
+    finally:
+        embedder.close()

@@ -31,6 +31,7 @@ from memory_sql.database import create_engine
 from memory_sql.models import Section, fact_digest
 from memory_sql.schema import memory_fact_events, memory_facts, memory_scopes
 from memory_sql.storage import SQLStorage, open_storage
+from memory_sql.storage.dialects import dialect_of
 from memory_sql.storage.driver import DriverConnection, release_idle
 
 
@@ -844,3 +845,67 @@ def test_refused_saves_keep_the_driver_connection(store, scope):
     doc.facts.append(Fact(content="Likes coffee"))
     assert store.save(doc, **scope) == 2
     assert connects == []
+
+
+@pytest.mark.parametrize("facts", [1, 3])
+def test_an_update_writes_only_the_columns_that_changed(store, scope, facts):
+    """A fact's confidence changed: its row's text columns are not written again (a marker
+    put in its searchable text stays), its confidence and update time are; its text changed:
+    the text, key and searchable text are written. One fact (PostgreSQL's one-statement form)
+    and several (the multi-row forms)."""
+    doc = store.load(**scope)
+    doc.facts = [Fact(content=f"Tends bees {i}", confidence=0.9) for i in range(facts)]
+    store.save(doc, **scope)
+    ids = [fact.id for fact in doc.facts]
+    mine = sa.and_(memory_facts.c.user_id == scope["user_id"], memory_facts.c.fact_id.in_(ids))
+    with store.engine.begin() as conn:  # behind the store's back (its cache holds the rows)
+        conn.execute(sa.update(memory_facts).where(mine).values(search_text="marker"))
+
+    def stored() -> list[tuple[str, float, str, str]]:
+        columns = (memory_facts.c.content, memory_facts.c.confidence, memory_facts.c.search_text)
+        query = sa.select(*columns, memory_facts.c.content_key).where(
+            mine, memory_facts.c.valid_to.is_(None)
+        )
+        with store.engine.connect() as conn:
+            return sorted(tuple(row) for row in conn.execute(query))
+
+    doc = store.load(**scope)
+    before = {fact.id: fact.updated_at for fact in doc.facts}
+    doc.facts = [fact.replace(confidence=0.5) for fact in doc.facts]
+    store.save(doc, **scope)
+    assert stored() == [
+        (f"Tends bees {i}", 0.5, "marker", fact_digest(f"Tends bees {i}")) for i in range(facts)
+    ]
+    assert all(f.updated_at > before[f.id] for f in store.load(**scope).facts)
+
+    doc = store.load(**scope)
+    doc.facts = [fact.replace(content=f"Keeps bees {i}") for i, fact in enumerate(doc.facts)]
+    store.save(doc, **scope)
+    rows = stored()
+    assert [row[:2] for row in rows] == [(f"Keeps bees {i}", 0.5) for i in range(facts)]
+    assert all(row[2] != "marker" and "keep" in row[2] for row in rows)
+    assert [row[3] for row in rows] == [fact_digest(f"Keeps bees {i}") for i in range(facts)]
+
+
+def test_sqlite_saves_of_one_process_queue_on_its_writers_lock(sqlite_url, scope):
+    """A save on SQLite waits for the process's writers' lock of its file (the threads queue
+    there, not in SQLite's sleeping busy handler), and goes on once it is free; a second
+    storage on the same file shares the lock."""
+    with open_storage(sqlite_url) as store, open_storage(sqlite_url) as other:
+        lock = dialect_of(store.engine).writers(store.engine)
+        assert lock is dialect_of(other.engine).writers(other.engine)
+        saved = threading.Event()
+
+        def save() -> None:
+            doc = other.load(**scope)
+            doc.facts.append(Fact(content="Waited its turn"))
+            other.save(doc, **scope)
+            saved.set()
+
+        with lock:
+            writer = threading.Thread(target=save)
+            writer.start()
+            assert not saved.wait(0.5)  # held back by the lock, not failed
+        writer.join(10)
+        assert saved.is_set()
+        assert [f.content for f in store.load(**scope).facts] == ["Waited its turn"]

@@ -28,6 +28,8 @@ from ..errors import StorageError
 from ..models import MemoryDocument
 from ..scope import Scope
 from ..storage import MemoryStorage
+from ..storage.dialects import dialect_of
+from ..storage.memory_terms import FTS5, OKAPI, MemoryTerms
 from ..storage.vectors import FactVectors
 from ..text_search import query_terms
 from ..tokens import TokenCounter
@@ -37,6 +39,7 @@ from .ranking import (
     RankingWeights,
     expansion_terms,
     fuse,
+    fuse_more,
     merge_matches,
     query_text,
     rank_facts,
@@ -67,6 +70,13 @@ class Recall:
         self.embedder = embedder
         self.vectors = vectors if embedder is not None else None
         self.fusion = "rrf"
+        self.terms = (
+            MemoryTerms(OKAPI if dialect_of(self.vectors.engine).raw_fts else FTS5)
+            if self.vectors is not None
+            else None
+        )
+        """With vectors, the memory's text matches come from an in-process index
+        (:mod:`memory_sql.storage.memory_terms`): a hybrid context asks for them twice."""
         self.storage = storage
         self.counter = counter
         self.weights = RankingWeights(
@@ -98,19 +108,51 @@ class Recall:
         if not doc.facts or not (terms or (self.vectors is not None and text.strip())):
             return []
         limit = self.weights.candidates
-        matches = self.storage.match_facts(doc, scope, terms, limit=limit) if terms else []
+        matches = self._match(doc, scope, terms, limit) if terms else []
         weight = self.weights.expansion
         if matches and weight > 0:
             extra = expansion_terms(matches, lines, terms, self.weights.expansion_facts)
             if extra:
-                found = self.storage.match_facts(doc, scope, extra, limit=limit)
+                found = self._match(doc, scope, extra, limit)
                 matches = merge_matches(matches, found, weight)
         semantic = self.semantic_matches(doc, scope, text)
         if semantic:
             matches = fuse(
                 matches, semantic, weight=self.settings.semantic_weight, method=self.fusion
             )
+            matches = self._expanded(doc, scope, terms, matches, lines)
         return rank_facts(lines.facts_by_id, matches, self.weights, terms=lines.terms)
+
+    def _match(
+        self, doc: MemoryDocument, scope: Scope, terms: list[str], limit: int
+    ) -> list[tuple[str, float]]:
+        """The text matches of ``terms`` in ``doc``: from the in-process index when the memory
+        has a version to check it by, else from the database's index."""
+        if self.terms is not None and doc.version is not None:
+            return self.terms.match_memory(doc, scope, terms, limit=limit)
+        return self.storage.match_facts(doc, scope, terms, limit=limit)
+
+    def _expanded(
+        self,
+        doc: MemoryDocument,
+        scope: Scope,
+        terms: list[str],
+        fused: list[tuple[str, float]],
+        lines: FactLines,
+    ) -> list[tuple[str, float]]:
+        """``fused`` with a second text lookup added (``semantic_expansion_weight``), by the
+        terms of the best ``semantic_expansion_facts`` fused facts that the query lacks. A fact
+        found by meaning ("the notification service" → "Zephyr sends the notifications") lends
+        its names to find the facts about them that share no word with the question
+        ("Zephyr is written in Go")."""
+        weight = self.settings.semantic_expansion_weight
+        if weight <= 0 or not fused:
+            return fused
+        extra = expansion_terms(fused, lines, terms, self.settings.semantic_expansion_facts)
+        if not extra:
+            return fused
+        found = self._match(doc, scope, extra, self.weights.candidates)
+        return fuse_more(fused, found, weight=weight, method=self.fusion)
 
     def semantic_matches(
         self, doc: MemoryDocument, scope: Scope, text: str

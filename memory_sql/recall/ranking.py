@@ -232,3 +232,29 @@ def fuse(
         raise ValueError(f"fusion method {method!r} is not rrf or weighted")
     cosines = dict(semantic)  # a tie (first in one list, second in the other) goes by meaning
     return sorted(scores.items(), key=lambda item: (-item[1], -cosines.get(item[0], -1.0), item[0]))
+
+
+def fuse_more(
+    fused: Sequence[tuple[str, float]],
+    more: Sequence[tuple[str, float]],
+    *,
+    weight: float,
+    method: str = "rrf",
+) -> list[tuple[str, float]]:
+    """``fused`` (:func:`fuse`'s list) with one more text ranking ``more`` added at ``weight``:
+    by reciprocal rank (``rrf``), or its score over its best times ``weight`` (``weighted``).
+    The order of ``fused`` breaks ties."""
+    if not more or weight <= 0:
+        return list(fused)
+    scores = dict(fused)
+    if method == "rrf":
+        for rank, (fact_id, _) in enumerate(more, 1):
+            scores[fact_id] = scores.get(fact_id, 0.0) + weight / (RRF_K + rank)
+    else:
+        best = more[0][1] or 1.0
+        for fact_id, score in more:
+            scores[fact_id] = scores.get(fact_id, 0.0) + weight * score / best
+    place = {fact_id: rank for rank, (fact_id, _) in enumerate(fused)}
+    return sorted(
+        scores.items(), key=lambda item: (-item[1], place.get(item[0], len(place)), item[0])
+    )

@@ -82,10 +82,12 @@ class MemoryReading:
         today: date | None = None,
         scope: Scope | None = None,
         query: str | Iterable[Any] | None = None,
+        recall: Recall | None = None,
     ) -> str:
         """``doc`` as :meth:`memory_context` renders it, with this service's token budget and
         guaranteed categories (``""`` when memory is off), for a caller that loaded it (the
-        memory of ``scope``, needed with a ``query``).
+        memory of ``scope``, needed with a ``query``). ``recall``: another than the service's
+        (one reading a replica's full-text index).
 
         Raises:
             InvalidMessageError: ``query`` holds a malformed message.
@@ -95,4 +97,5 @@ class MemoryReading:
             return ""
         if query is not None and scope is None:
             raise ValueError("render_context: a query needs the memory's scope")
-        return self.recall.render(doc, scope or Scope.of(), query=query, today=today)
+        chosen = recall if recall is not None else self.recall
+        return chosen.render(doc, scope or Scope.of(), query=query, today=today)

@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -96,6 +96,23 @@ class Metrics:
             "memory_sql_version_conflicts",
             "Saves refused because another writer saved first",
             ["source"],
+            registry=r,
+        )
+        self.reads = Counter(
+            "memory_sql_reads",
+            "Reads of memories served, by database (primary, or a read replica)",
+            ["target"],
+            registry=r,
+        )
+        self.replica_fallbacks = Counter(
+            "memory_sql_replica_fallbacks",
+            "Reads the replica was not used for, by reason (lag, version, error)",
+            ["reason"],
+            registry=r,
+        )
+        self.replica_lag = Gauge(
+            "memory_sql_replica_lag_seconds",
+            "The read replica's replay lag last measured (seconds)",
             registry=r,
         )
         self.requests.labels("GET", "/metrics", "200")  # shown at 0 from the start

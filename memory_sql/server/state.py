@@ -25,6 +25,7 @@ from ..storage.grants import role_bypassing_row_security
 from ..tenancy import NO_TENANT
 from .keys import KeyChecker
 from .metrics import Metrics
+from .reads import PRIMARY, Reads, ReadTarget
 
 logger = logging.getLogger("memory_sql.server")
 
@@ -41,6 +42,15 @@ class ServerState:
     metrics: Metrics
     head_revision: str
     updates_here: bool = True  # this process runs the updates (serve --with-worker)
+    reads: Reads | None = None  # the read replica's and the primary's (docs/replication.md)
+
+    @property
+    def reading(self) -> Reads:
+        """Where reads go: the replica within its lag bound, else the primary."""
+        if self.reads is None:
+            primary = ReadTarget(PRIMARY, self.engine, self.storage, self.service.recall)
+            self.reads = Reads(primary, self.metrics)
+        return self.reads
 
     @property
     def waiting_for_model(self) -> str | None:
@@ -67,6 +77,15 @@ class ServerState:
             raise
         metrics.watch(service)
         _warn_if_row_security_is_bypassed(engine)
+        primary = ReadTarget(PRIMARY, engine, storage, service.recall)
+        try:
+            reads = Reads.open(
+                config, primary, metrics, pool_size=max(10, config.queue.workers + 8)
+            )
+        except BaseException:
+            service.close()
+            engine.dispose()
+            raise
         return cls(
             config,
             engine,
@@ -76,6 +95,7 @@ class ServerState:
             metrics,
             migrations.head_revision(),
             with_worker,
+            reads,
         )
 
     @staticmethod
@@ -85,6 +105,8 @@ class ServerState:
         _ready_engine(config).dispose()
 
     def close(self) -> None:
+        if self.reads is not None:
+            self.reads.close()
         self.service.close()
         self.storage.close()
         self.engine.dispose()
@@ -100,7 +122,10 @@ def _ready_engine(config: MemoryConfig) -> Engine:
             key="storage",
         )
     engine = create_engine(
-        config.storage, tenant_default=NO_TENANT, pool_size=max(10, config.queue.workers + 8)
+        config.storage,
+        tenant_default=NO_TENANT,
+        pool_size=max(10, config.queue.workers + 8),
+        prepare_threshold=config.database.prepare_threshold,
     )
     try:
         migrations.prepare_schema(engine, auto_migrate=config.auto_migrate)

@@ -42,7 +42,11 @@ def open_configured(config: MemoryConfig, owned: list[Engine]) -> MemoryStorage:
     target = config.storage
     if "://" not in target and not target.startswith("sqlite:"):
         return FileStorage(target)
-    engine = create_engine(target, pool_size=max(5, config.queue.workers + 3))
+    engine = create_engine(
+        target,
+        pool_size=max(5, config.queue.workers + 3),
+        prepare_threshold=config.database.prepare_threshold,
+    )
     owned.append(engine)
     try:
         # A new SQLite file gets the schema; anything else only with auto_migrate.

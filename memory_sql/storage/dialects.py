@@ -5,8 +5,9 @@ it; nothing else tests which database it is on (``migrations.py`` and the Alembi
 frozen, excepted). A new database is one more subclass here.
 
 - the write transaction: SQLite takes its write lock at ``BEGIN IMMEDIATE`` so a
-  read-then-write transaction waits for other writers instead of failing; PostgreSQL locks
-  rows (:meth:`SQLDialect.lock_rows`, ``FOR UPDATE [SKIP LOCKED]``);
+  read-then-write transaction waits for other writers instead of failing (and the threads of
+  one process queue for it on a lock of their own, :meth:`SQLDialect.writers`); PostgreSQL
+  locks rows (:meth:`SQLDialect.lock_rows`, ``FOR UPDATE [SKIP LOCKED]``);
 - insert-ignore and upsert (``ON CONFLICT``), whose builders are per dialect in SQLAlchemy;
 - whether the database is a file (another process sees it through the file) or a server;
 - the full-text index's match (one memory's facts holding any term, with their text or their
@@ -28,10 +29,13 @@ in the layering, read this module when called (it imports only :mod:`memory_sql.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import threading
 import time
 import weakref
 from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, cast
 from urllib.parse import unquote, urlsplit
 
@@ -82,6 +86,11 @@ class SQLDialect:
 
     _insert: Any
 
+    def writers(self, engine: Engine) -> AbstractContextManager[Any]:
+        """What a save holds around its write transaction on ``engine``'s database: nothing
+        where the database queues writers itself (PostgreSQL's row locks)."""
+        return nullcontext()
+
     # the engine -----------------------------------------------------------------------------
 
     def engine_arguments(
@@ -90,9 +99,13 @@ class SQLDialect:
         *,
         statement_timeout: float | None,
         connect_timeout: float,
+        prepare_threshold: int | None = None,
     ) -> dict[str, Any]:
         """``kwargs`` for ``sqlalchemy.create_engine`` with this database's defaults added
-        (what the caller set is kept)."""
+        (what the caller set is kept); ``prepare_threshold``: executions of a statement on a
+        connection before the driver prepares it on the server, where it does (None: never).
+        A setting that must win over every other (a pooler's "never prepare") is applied to
+        the result, after this."""
         return kwargs
 
     def prepare_engine(self, engine: Engine, *, tenant_default: str) -> None:
@@ -152,6 +165,16 @@ class SQLDialect:
         """``dialect`` compiling named parameters for the driver itself."""
         return dialect
 
+    # replicas -------------------------------------------------------------------------------
+
+    replay_position_sql: str | None = None
+    """On the primary: its current write position (WAL LSN) as text; None where the database
+    has no replicas (SQLite), whose replica lag is then 0."""
+    replica_lag_sql: str | None = None
+    """On a replica, given ``%(primary)s`` (the primary's position, or NULL when it could not
+    be read): seconds its replay trails the primary, 0 when it has replayed that position (or,
+    without one, all it received) or is no standby at all."""
+
     # full-text ------------------------------------------------------------------------------
 
     fts_match_sql: str = ""
@@ -174,6 +197,12 @@ class SQLDialect:
         return sql
 
 
+_WRITERS: dict[str, threading.RLock] = {}
+"""SQLite's writers' locks, by database file (:meth:`SQLite.writers`); never removed (one
+small lock per file a process ever wrote)."""
+_WRITERS_GUARD = threading.Lock()
+
+
 class SQLite(SQLDialect):
     name = "sqlite"
     server = False
@@ -191,6 +220,7 @@ class SQLite(SQLDialect):
         *,
         statement_timeout: float | None,
         connect_timeout: float,
+        prepare_threshold: int | None = None,
     ) -> dict[str, Any]:
         kwargs.setdefault("connect_args", {}).setdefault("timeout", SQLITE_BUSY_TIMEOUT_SECONDS)
         return kwargs
@@ -227,6 +257,23 @@ class SQLite(SQLDialect):
 
     def driver_paramstyle(self, dialect: sa.Dialect) -> sa.Dialect:
         return cast("type[DefaultDialect]", type(dialect))(paramstyle="named")
+
+    def writers(self, engine: Engine) -> AbstractContextManager[Any]:
+        """One lock per database file in the process, taken before ``BEGIN IMMEDIATE``: the
+        process's threads queue on it and each is woken as the one before commits, where
+        SQLite's busy handler would have them sleep and poll (1, 2, 5, 10 … ms) for its write
+        lock. Other processes still meet at the file's lock and its busy timeout. Re-entrant:
+        a thread that holds it may write again (SQLite then decides, as without it)."""
+        database = engine.url.database
+        if database in (None, "", ":memory:") or engine.url.query.get("mode") == "memory":
+            key = f"engine:{id(engine)}"
+        else:
+            key = os.path.realpath(database)
+        with _WRITERS_GUARD:
+            lock = _WRITERS.get(key)
+            if lock is None:
+                lock = _WRITERS[key] = threading.RLock()
+        return lock
 
     # The best rows first, by the index alone (its scope term keeps it to the memory's live
     # facts: a closed fact's term differs, revision 0015); then their facts, the scope checked
@@ -281,17 +328,34 @@ class PostgreSQL(SQLDialect):
     writes_in_ctes = True
     _insert = staticmethod(postgresql.insert)
 
+    replay_position_sql = "SELECT CAST(pg_current_wal_lsn() AS text)"
+    # Behind the position: as old as the last transaction replayed (its commit time on the
+    # primary), infinitely when none has been (a replica that just started).
+    replica_lag_sql = """
+SELECT CASE
+    WHEN NOT pg_is_in_recovery() THEN 0.0
+    WHEN pg_wal_lsn_diff(
+        COALESCE(CAST(CAST(%(primary)s AS text) AS pg_lsn), pg_last_wal_receive_lsn()),
+        pg_last_wal_replay_lsn()
+    ) <= 0 THEN 0.0
+    ELSE COALESCE(
+        EXTRACT(EPOCH FROM clock_timestamp() - pg_last_xact_replay_timestamp()),
+        'Infinity'
+    )::float8
+END"""
+
     def engine_arguments(
         self,
         kwargs: dict[str, Any],
         *,
         statement_timeout: float | None,
         connect_timeout: float,
+        prepare_threshold: int | None = None,
     ) -> dict[str, Any]:
         """Connections recycled after 30 minutes; connecting and a pool checkout give up after
         ``connect_timeout``; a statement after ``statement_timeout`` seconds (None: no limit),
         a lock wait after a third of it; timestamps arrive in UTC, as they are kept (no
-        conversion per value on the way in)."""
+        conversion per value on the way in); psycopg's ``prepare_threshold``."""
         kwargs.setdefault("pool_recycle", 1800)
         kwargs.setdefault("pool_timeout", connect_timeout)
         connect_args = kwargs.setdefault("connect_args", {})
@@ -303,6 +367,7 @@ class PostgreSQL(SQLDialect):
                 f" -c lock_timeout={int(statement_timeout * 1000 / 3)}"
             )
         connect_args["options"] = f"{connect_args.get('options', '')} {options}".strip()
+        connect_args.setdefault("prepare_threshold", prepare_threshold)
         return kwargs
 
     def prepare_engine(self, engine: Engine, *, tenant_default: str) -> None:

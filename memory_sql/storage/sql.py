@@ -168,21 +168,43 @@ def _fact_row(scope: Scope, fact: Fact) -> dict[str, Any]:
     return {**_scope_values(scope), **_fact_columns(fact)}
 
 
-_UPDATED_COLUMNS = (
-    "content",
-    "content_key",
-    "search_text",
+_CONTENT_COLUMNS = ("content", "content_key", "search_text")
+"""The columns that follow a fact's text (its casefold key and searchable text)."""
+_VALUE_COLUMNS = (
     "category",
     "confidence",
     "source_thread_id",
     "source_error",
-    "updated_at",
     "expected_valid_days",
     "confirmed_at",
     "confirmation_count",
     "valid_from",
 )
-"""What an update of a fact writes (not its id, scope or creation time)."""
+"""The columns of a fact's other values an update may change (not its id, scope or creation
+time)."""
+
+
+def _changed_columns(fact: Fact, old: Fact) -> tuple[str, ...]:
+    """The columns an update of the stored ``old`` to ``fact`` writes: those whose value
+    changed, and ``updated_at``. An unchanged text costs neither its digest nor its searchable
+    text (the tokenizer), and on PostgreSQL an update that moves no indexed column may stay
+    on its page (HOT) without new index entries."""
+    columns: tuple[str, ...] = _CONTENT_COLUMNS if fact.content != old.content else ()
+    columns += tuple(name for name in _VALUE_COLUMNS if getattr(fact, name) != getattr(old, name))
+    return (*columns, "updated_at")
+
+
+def _update_values(fact: Fact, columns: tuple[str, ...]) -> dict[str, Any]:
+    """``fact``'s values of ``columns`` (of :func:`_changed_columns`), by column name."""
+    values: dict[str, Any] = {}
+    for name in columns:
+        if name == "content_key":
+            values[name] = fact_digest(fact.content)
+        elif name == "search_text":
+            values[name] = search_text(fact.content)
+        else:
+            values[name] = getattr(fact, name)
+    return values
 
 
 def _placeholder_key(fact_id: str) -> str:
@@ -313,18 +335,6 @@ _WRITES = {
     FROM unnest(%(deleted)s::text[], %(successors)s::text[]) AS v(fact_id, superseded_by)
     WHERE f.tenant_id = %(tenant)s AND f.user_id = %(user)s AND f.agent_name = %(agent)s
       AND f.fact_id = v.fact_id AND f.valid_to IS NULL AND EXISTS (SELECT FROM head)""",
-    "updated": f"""
-    UPDATE memory_facts AS f
-    SET content = v.content, content_key = v.content_key, search_text = v.search_text,
-        category = v.category,
-        confidence = v.confidence, source_thread_id = v.source_thread_id,
-        source_error = v.source_error, updated_at = v.updated_at,
-        expected_valid_days = v.expected_valid_days, confirmed_at = v.confirmed_at,
-        confirmation_count = v.confirmation_count, valid_from = v.valid_from
-    FROM json_to_recordset(%(updated)s::json) AS v({_FACT_RECORD})
-    WHERE f.tenant_id = %(tenant)s AND f.user_id = %(user)s AND f.agent_name = %(agent)s
-      AND f.fact_id = ANY(%(updated_ids)s::text[]) AND f.fact_id = v.fact_id
-      AND EXISTS (SELECT FROM head)""",
     "inserted": f"""
     INSERT INTO memory_facts ({_FACT_INSERT_COLUMNS})
     SELECT %(tenant)s, %(user)s, %(agent)s, v.*
@@ -354,15 +364,6 @@ _WRITES = {
     # One row (the common save: one fact added or changed): its values as parameters of
     # their own. The server plans a primary-key update where the JSON join above, planned
     # anew at every execution, costs more to plan than to run.
-    "updated_one": f"""
-    UPDATE memory_facts
-    SET content = %(u_content)s, content_key = %(u_content_key)s,
-        search_text = %(u_search_text)s, category = %(u_category)s,
-        confidence = %(u_confidence)s, source_thread_id = %(u_source_thread_id)s,
-        source_error = %(u_source_error)s, updated_at = %(u_updated_at)s,
-        expected_valid_days = %(u_expected_valid_days)s, confirmed_at = %(u_confirmed_at)s,
-        confirmation_count = %(u_confirmation_count)s, valid_from = %(u_valid_from)s
-    WHERE {_SCOPED} AND fact_id = %(u_fact_id)s AND EXISTS (SELECT FROM head)""",
     "inserted_one": f"""
     INSERT INTO memory_facts ({_FACT_INSERT_COLUMNS})
     SELECT %(tenant)s, %(user)s, %(agent)s, %(i_fact_id)s::text, %(i_content)s::text,
@@ -385,26 +386,63 @@ _WRITES = {
 }
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=256)
 def _one_statement_sql(first: bool, writes: tuple[str, ...]) -> str:
-    """The text of a save that writes ``writes`` (names of :data:`_WRITES`): only the parts a
-    change needs, so the server plans no empty sub-statement."""
+    """The text of a save that writes ``writes`` (names of :data:`_WRITES`, or
+    ``updated_one:<columns>`` for one fact's update of those columns): only the parts a change
+    needs, so the server plans no empty sub-statement."""
     head = _HEAD_INSERT if first else _HEAD_UPDATE
-    ctes = [f"head AS ({head}\n)"] + [f"{name} AS ({_WRITES[name]}\n)" for name in writes]
+    ctes = [f"head AS ({head}\n)"]
+    for name in writes:
+        if name.startswith("updated_one:"):
+            ctes.append(f"updated_one AS ({_update_one_sql(name.split(':')[1].split(','))}\n)")
+        elif name.startswith("updated:"):
+            ctes.append(f"updated AS ({_update_many_sql(name.split(':')[1].split(','))}\n)")
+        else:
+            ctes.append(f"{name} AS ({_WRITES[name]}\n)")
     return "WITH " + ",\n".join(ctes) + "\nSELECT created_at FROM head"
+
+
+def _update_one_sql(columns: list[str]) -> str:
+    """One fact's update of ``columns`` alone (its values as parameters ``u_<column>``): a
+    primary-key update the server plans once per set of columns (the JSON join of several
+    facts' updates, planned anew at every execution, costs more to plan than to run)."""
+    sets = ", ".join(f"{name} = %(u_{name})s" for name in columns)
+    return f"""
+    UPDATE memory_facts SET {sets}
+    WHERE {_SCOPED} AND fact_id = %(u_fact_id)s AND EXISTS (SELECT FROM head)"""
+
+
+def _update_many_sql(columns: list[str]) -> str:
+    """Several facts' update of ``columns``, their values one JSON array of records."""
+    sets = ", ".join(f"{name} = v.{name}" for name in columns)
+    record = ", ".join(f"{name} {_RECORD_TYPES[name]}" for name in ("fact_id", *columns))
+    return f"""
+    UPDATE memory_facts AS f SET {sets}
+    FROM json_to_recordset(%(updated)s::json) AS v({record})
+    WHERE f.tenant_id = %(tenant)s AND f.user_id = %(user)s AND f.agent_name = %(agent)s
+      AND f.fact_id = ANY(%(updated_ids)s::text[]) AND f.fact_id = v.fact_id
+      AND EXISTS (SELECT FROM head)"""
+
+
+_RECORD_TYPES = dict(
+    part.split() for part in _FACT_RECORD.replace("\n", " ").split(",") if part.strip()
+)
+"""The columns of :data:`_FACT_RECORD` and their types, in its order."""
+
+
+def _json_ready(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with their timestamps as ISO text (JSON has no time)."""
+    return {n: v.isoformat() if isinstance(v, datetime) else v for n, v in values.items()}
 
 
 def _iso(moment: datetime | None) -> str | None:
     return None if moment is None else moment.isoformat()
 
 
-def _one_fact(prefix: str, fact: Fact, *, created: bool) -> dict[str, Any]:
-    """The parameters of a save's lone fact row, named ``<prefix>_<column>`` (its creation
-    time only if ``created``: an update keeps the stored one)."""
-    columns = _fact_columns(fact)
-    if not created:
-        del columns["created_at"]
-    return {f"{prefix}_{name}": value for name, value in columns.items()}
+def _one_fact(prefix: str, fact: Fact) -> dict[str, Any]:
+    """The parameters of a save's lone new fact row, named ``<prefix>_<column>``."""
+    return {f"{prefix}_{name}": value for name, value in _fact_columns(fact).items()}
 
 
 def _fact_records(facts: list[Fact]) -> str | None:
@@ -445,16 +483,25 @@ def _one_statement_parameters(
         writes.append("deleted")
     updated, inserted = changes.updated, [*changes.inserted, *changes.archived]
     if len(updated) == 1:
-        parameters.update(_one_fact("u", updated[0], created=False))
-        writes.append("updated_one")
+        fact = updated[0]
+        columns = _changed_columns(fact, changes.previous[fact.id])
+        parameters["u_fact_id"] = fact.id
+        parameters.update({f"u_{n}": v for n, v in _update_values(fact, columns).items()})
+        writes.append("updated_one:" + ",".join(columns))
     elif updated:
-        parameters["updated"] = _fact_records(updated)
+        # the columns any of the facts changed (each fact's own values of them: unchanged
+        # ones are written as they are stored)
+        changed = {c for f in updated for c in _changed_columns(f, changes.previous[f.id])}
+        columns = tuple(c for c in _RECORD_TYPES if c in changed)
+        parameters["updated"] = _json(
+            [{"fact_id": f.id, **_json_ready(_update_values(f, columns))} for f in updated]
+        )
         # The primary key of the rows to update, so that the server looks them up one by one
         # rather than joining the records to all the scope's facts.
         parameters["updated_ids"] = [f.id for f in updated]
-        writes.append("updated")
+        writes.append("updated:" + ",".join(columns))
     if len(inserted) == 1:
-        parameters.update(_one_fact("i", inserted[0], created=True))
+        parameters.update(_one_fact("i", inserted[0]))
         writes.append("inserted_one")
     elif inserted:
         parameters["inserted"] = _fact_records(inserted)
@@ -580,11 +627,19 @@ _REKEY_FACT = (
     .where(_by_fact_id(memory_facts))
     .values(content_key=sa.bindparam("w_content_key"))
 )
-_UPDATE_FACT = (
-    sa.update(memory_facts)
-    .where(_by_fact_id(memory_facts))
-    .values({name: sa.bindparam(f"w_{name}") for name in _UPDATED_COLUMNS})
-)
+
+
+@functools.cache
+def _update_fact(columns: tuple[str, ...]) -> sa.Update:
+    """The update of a fact's ``columns`` (their values bound as ``w_<column>``), built once
+    per set of columns."""
+    return (
+        sa.update(memory_facts)
+        .where(_by_fact_id(memory_facts))
+        .values({name: sa.bindparam(f"w_{name}") for name in columns})
+    )
+
+
 _RECORD_ACCESS = (
     sa.update(memory_facts)
     .where(_in_scope(memory_facts), memory_facts.c.fact_id == sa.bindparam("w_fact_id"))
@@ -639,14 +694,14 @@ def _write_plan(
             {**where, "w_fact_id": f.id, "w_content_key": _placeholder_key(f.id)} for f in rekeyed
         ]
         plan.append((_REKEY_FACT, keys))
-    if changes.updated:
-        rows = []
-        for fact in changes.updated:
-            row = _fact_row(scope, fact)
-            rows.append(
-                {**where, **{f"w_{name}": row[name] for name in ("fact_id", *_UPDATED_COLUMNS)}}
-            )
-        plan.append((_UPDATE_FACT, rows))
+    # each fact's changed columns alone; facts changing the same columns in one executemany
+    by_columns: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for fact in changes.updated:
+        columns = _changed_columns(fact, changes.previous[fact.id])
+        row = {**where, "w_fact_id": fact.id}
+        row.update({f"w_{n}": v for n, v in _update_values(fact, columns).items()})
+        by_columns.setdefault(columns, []).append(row)
+    plan.extend((_update_fact(columns), rows) for columns, rows in by_columns.items())
     if make_way:
         # a closed version holding the id of a new fact (an id used again, after a clear, by
         # an import) gives way: its text stays in the events
@@ -698,10 +753,17 @@ class SQLStorage(MemoryStorage):
     capabilities = SQL_CAPABILITIES
 
     def __init__(
-        self, engine_or_url: Engine | str | URL, *, cache_scopes: int = DEFAULT_CACHE_SCOPES
+        self,
+        engine_or_url: Engine | str | URL,
+        *,
+        cache_scopes: int = DEFAULT_CACHE_SCOPES,
+        check_schema: bool = True,
     ) -> None:
+        """``check_schema=False`` skips the check that an engine's database is at the schema
+        head (a read replica, which may be unreachable when the service starts)."""
         if isinstance(engine_or_url, Engine):
-            ensure_at_head(engine_or_url)
+            if check_schema:
+                ensure_at_head(engine_or_url)
             self.engine = engine_or_url
             self._owns_engine = False
         else:
@@ -710,6 +772,7 @@ class SQLStorage(MemoryStorage):
         self._dialect = dialect_of(self.engine)
         self._postgres = self._dialect.fast_path == "psycopg"
         self._write_options = self._dialect.write_options
+        self._writers = self._dialect.writers(self.engine)
         self._cache = DocumentCache(cache_scopes)
         dialect = self.engine.dialect
         self._head_sql = driver_statement(_SELECT_HEAD, dialect)
@@ -1001,7 +1064,7 @@ class SQLStorage(MemoryStorage):
         claim = _CLAIM_NEW_SCOPE if expected_version == 0 else _CLAIM_VERSION
         where = {**_scope_params(scope), "now": now}
         where.update(expected=expected_version, created_at=created_at)
-        with self._driver(raising=True) as dbapi:
+        with self._driver(raising=True) as dbapi, self._writers:
             dbapi.execute(self._dialect.begin_write)
             try:
                 if not driver_write(claim, dialect).run(dbapi, [where]).fetchall():
@@ -1097,7 +1160,7 @@ class SQLStorage(MemoryStorage):
     @contextmanager
     def _write_transaction(self, scope: Scope, doc: MemoryDocument) -> Iterator[Connection]:
         """A write transaction (holding SQLite's write lock from its start) saving ``doc``."""
-        with self._errors(scope, doc):
+        with self._errors(scope, doc), self._writers:
             connection = self.engine.connect().execution_options(**self._write_options)
             with connection as conn, conn.begin():
                 yield conn

@@ -31,7 +31,7 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from ..database import OutageLog
+from ..database import OutageLog, note_server, redacted
 from ..driver_errors import DRIVER_ERRORS
 from ..models import utcnow
 from .dialects import database_file, dialect_of
@@ -87,6 +87,7 @@ class NotifyListener(_Watcher):
     ) -> None:
         super().__init__("memory-sql-listener")
         self._connect_args = _connect_args(engine)
+        self._label = str(redacted(engine.url))  # failovers logged once with the engine's
         self._on_due = on_due
         self._on_connected = on_connected
         self._outage = OutageLog("memory update worker: queue listener")
@@ -104,6 +105,7 @@ class NotifyListener(_Watcher):
                 with psycopg.connect(**self._connect_args) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
                     self.backend_pid = conn.info.backend_pid
+                    note_server(self._label, f"{conn.info.host}:{conn.info.port}")
                     self.connections += 1
                     self._outage.succeeded()
                     delay = RECONNECT_SECONDS[0]

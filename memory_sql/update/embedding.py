@@ -40,6 +40,10 @@ logger = logging.getLogger(__name__)
 MAX_BACKOFF_FACTOR = 64
 
 
+PAGE_FACTS = 512
+"""Facts lacking a vector read at once by a whole pass (embedded a batch at a time)."""
+
+
 class EmbeddingPass:
     """Embeds what lacks a vector, with ``embedder`` into ``vectors``."""
 
@@ -72,15 +76,20 @@ class EmbeddingPass:
         """
         done = 0
         after = None
+        size = self.embedder.batch_size
         while True:
-            batch = self.vectors.unembedded(limit=self.embedder.batch_size, after=after)
-            if not batch:
+            # a page of several batches per read: each read scans a page of facts and their
+            # vectors, whatever the batch's size
+            page = self.vectors.unembedded(limit=max(size, PAGE_FACTS), after=after)
+            if not page:
                 return done
-            last = batch[-1]
+            last = page[-1]
             after = (last.scope.tenant_id, last.scope.user_id, last.scope.agent_key, last.fact_id)
-            done += self._embed(batch)
-            if progress is not None:
-                progress(len(batch))
+            for start in range(0, len(page), size):
+                batch = page[start : start + size]
+                done += self._embed(batch)
+                if progress is not None:
+                    progress(len(batch))
 
     def _embed(self, batch: list[Unembedded]) -> int:
         digests = [content_digest(item.content) for item in batch]

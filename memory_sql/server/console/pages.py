@@ -29,15 +29,17 @@ from markupsafe import Markup, escape
 from ... import ops
 from ...errors import StorageError, UpdateNotFoundError
 from ...intake.guard import redacted_document
-from ...models import format_timestamp, utcnow
+from ...models import Fact, MemoryDocument, format_timestamp, utcnow
 from ...ops import history
 from ...ops.reports import build_report
 from ...queue import manage
 from ...schema import API_KEY_ROLES, SECTION_NAMES
 from ...scope import Scope
+from ...storage.users import UserSummary
 from ..auth import Caller
 from ..errors import library_status
 from ..keys import ApiKey, create_key, list_keys, revoke_key
+from ..reads import ReadTarget
 from ..routes.queue import without_endpoint
 from ..state import ServerState
 from . import charts
@@ -332,10 +334,13 @@ def users(console: SignedIn, q: str = "") -> Response:
 
 
 def _users_page(console: Console, q: str = "") -> Response:
-    with console.caller.acting():
-        found = ops.list_users(
-            console.state.storage, tenant_id=console.caller.tenant_id, contains=q, limit=200
-        )
+    def read(target: ReadTarget) -> list[UserSummary]:
+        with console.caller.acting():
+            return ops.list_users(
+                target.storage, tenant_id=console.caller.tenant_id, contains=q, limit=200
+            )
+
+    found = console.state.reading.read(read)
     return console.page("users.html", users=found, q=q)
 
 
@@ -384,20 +389,30 @@ def _memory_page(
     scope = _scope(console, user_id, agent)
     if isinstance(scope, Response):
         return scope
-    with caller.acting():
-        doc = redacted_document(console.state.storage.load(**scope.arguments()))
-        summary = ops.list_users(console.state.storage, tenant_id=caller.tenant_id, user_id=user_id)
-        facts = doc.facts
-        if q.strip():
-            found = ops.search_facts(
-                console.state.storage,
-                q,
-                tenant_id=caller.tenant_id,
-                user_id=scope.user_id,
-                agent_name=scope.agent_key,
-                limit=None,
-            )
-            facts = [record.fact for record in found]
+
+    def read(target: ReadTarget) -> tuple[MemoryDocument, list[UserSummary], list[Fact]]:
+        with caller.acting():
+            doc = redacted_document(target.storage.load(**scope.arguments()))
+            summary = ops.list_users(target.storage, tenant_id=caller.tenant_id, user_id=user_id)
+            facts = list(doc.facts)
+            if q.strip():
+                found = ops.search_facts(
+                    target.storage,
+                    q,
+                    tenant_id=caller.tenant_id,
+                    user_id=scope.user_id,
+                    agent_name=scope.agent_key,
+                    limit=None,
+                )
+                facts = [record.fact for record in found]
+        return doc, summary, facts
+
+    # Right after a change (a notice or an error to show) the page shows the primary's memory:
+    # the replica may not have the change yet.
+    if notice is None and error is None:
+        doc, summary, facts = console.state.reading.read(read)
+    else:
+        doc, summary, facts = read(console.state.reading.primary)
     if doc.version == 0 and not summary:
         return console.failure(404, f"no memory of user {user_id!r}", "No such user")
     category = category.strip()
@@ -520,9 +535,13 @@ def fact_history(console: SignedIn, user_id: str, fact_id: str, agent: str = "")
     scope = _scope(console, user_id, _agent(agent))
     if isinstance(scope, Response):
         return scope
-    with caller.acting():
-        events, _ = history.change_log(console.state.storage, scope, fact_id=fact_id, limit=500)
-        doc = redacted_document(console.state.storage.load(**scope.arguments()))
+
+    def read(target: ReadTarget) -> tuple[list[dict[str, Any]], MemoryDocument]:
+        with caller.acting():
+            events, _ = history.change_log(target.storage, scope, fact_id=fact_id, limit=500)
+            return events, redacted_document(target.storage.load(**scope.arguments()))
+
+    events, doc = console.state.reading.read(read)
     if not events:
         return console.failure(404, f"no history of fact {fact_id!r}", "No such fact")
     current = next((fact for fact in doc.facts if fact.id == fact_id), None)
@@ -547,8 +566,12 @@ def export_memory(console: SignedIn, user_id: str, agent: str = "") -> Response:
     scope = _scope(console, user_id, _agent(agent))
     if isinstance(scope, Response):
         return scope
-    with caller.acting():
-        doc = redacted_document(console.state.storage.load(**scope.arguments()))
+
+    def read(target: ReadTarget) -> MemoryDocument:
+        with caller.acting():
+            return redacted_document(target.storage.load(**scope.arguments()))
+
+    doc = console.state.reading.read(read)
     if doc.version == 0:
         return console.failure(404, f"no memory of user {user_id!r}", "No such user")
     name = f"{scope.user_id}-{scope.agent_name or 'no-agent'}.memory.json"

@@ -8,10 +8,10 @@ exactly as one that does not exist (404), so nothing tells whether it exists els
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 from fastapi import Header, Query
 
@@ -20,7 +20,10 @@ from ...errors import VersionConflictError
 from ...scope import Scope
 from ..auth import Caller
 from ..errors import ApiError
+from ..reads import ReadTarget
 from ..state import ServerState
+
+R = TypeVar("R")
 
 AgentQuery = Annotated[
     str | None,
@@ -36,6 +39,23 @@ AsOfQuery = Annotated[
 IfMatch = Annotated[
     str | None,
     Header(description='The memory version the change is based on, as its ETag ("7").'),
+]
+
+MinVersionHeader = Annotated[
+    str | None,
+    Header(
+        alias="Min-Version",
+        description='The memory version the caller holds (as its ETag, "7", or 7): the read '
+        "answers from a database that has it (docs/replication.md).",
+    ),
+]
+MinVersionQuery = Annotated[
+    int | None,
+    Query(
+        alias="min_version",
+        ge=0,
+        description="The Min-Version header's value, as a query parameter.",
+    ),
 ]
 
 _ENTITY_TAG = re.compile(r'\s*(W/)?"(\d{1,12})"\s*')
@@ -73,6 +93,31 @@ def expected_version(if_match: str | None) -> int | None:
             f'If-Match must be one memory version as its ETag gives it ("7"), not {if_match!r}',
         )
     return int(match.group(2))
+
+
+def min_version(header: str | None, query: int | None) -> int | None:
+    """The version a reader holds, from its ``Min-Version`` header or ``min_version``
+    parameter (the higher of the two when both are given); None without either."""
+    held = query
+    if header is not None:
+        version = expected_version(header)
+        if version is None or version == ANY_VERSION:
+            raise ApiError(400, "invalid_request", f"Min-Version must be a version, not {header!r}")
+        held = version if held is None else max(held, version)
+    return held
+
+
+def replica_read(
+    state: ServerState,
+    call: Callable[[ReadTarget], R],
+    *,
+    held: int | None = None,
+    version_of: Callable[[R], int | None] | None = None,
+) -> R:
+    """``call`` on the read replica when it is within its lag bound and has the version the
+    reader holds (``held``; checked with ``version_of``), else on the primary (see
+    :class:`~memory_sql.server.reads.Reads`)."""
+    return state.reading.read(call, min_version=held, version_of=version_of)
 
 
 def stale(expected: int, actual: int | None) -> ApiError:

@@ -18,8 +18,20 @@ from ...scope import Scope
 from ...text_search import query_terms, search_text
 from ..auth import Caller, Reader, Writer
 from ..errors import ApiError, error_responses, not_found
+from ..reads import ReadTarget
 from ..state import ServerState, State
-from . import AgentQuery, AsOfQuery, IfMatch, as_utc, etag, precondition
+from . import (
+    AgentQuery,
+    AsOfQuery,
+    IfMatch,
+    MinVersionHeader,
+    MinVersionQuery,
+    as_utc,
+    etag,
+    min_version,
+    precondition,
+    replica_read,
+)
 
 router = APIRouter(
     prefix="/v1/users/{user_id}",
@@ -99,27 +111,29 @@ def list_facts(
     include_closed: Annotated[
         bool, Query(description="Also closed (superseded or removed) versions")
     ] = False,
+    min_version_header: MinVersionHeader = None,
+    min_version_query: MinVersionQuery = None,
 ) -> Any:
+    held = min_version(min_version_header, min_version_query)
     every_agent = agent_name == EVERY_AGENT
     scope = Scope.of(
         user_id=user_id, agent_name=None if every_agent else agent_name, tenant_id=caller.tenant_id
     )
-    if as_of is not None:
-        if every_agent:
-            raise ApiError(
-                400, "invalid_request", "as_of reads one memory: name its agent_name, not *"
+    if as_of is not None and every_agent:
+        raise ApiError(400, "invalid_request", "as_of reads one memory: name its agent_name, not *")
+
+    def read(target: ReadTarget) -> tuple[dict[str | None, int], list[ops.FactRecord]]:
+        if as_of is not None:
+            version, found = _facts_as_of(
+                target, caller, scope, as_utc(as_of), q, category, min_confidence
             )
-        version, records = _facts_as_of(
-            state, caller, scope, as_utc(as_of), q, category, min_confidence
-        )
-        versions = {scope.agent_name: version}
-    else:
+            return {scope.agent_name: version}, found
         with caller.acting():
-            versions = ops.memory_versions(state.storage, scope.user_id, tenant_id=scope.tenant_id)
+            versions = ops.memory_versions(target.storage, scope.user_id, tenant_id=scope.tenant_id)
             if not (versions if every_agent else scope.agent_name in versions):
                 raise not_found(f"no memory of user {user_id!r}")
-            records = ops.search_facts(
-                state.storage,
+            return versions, ops.search_facts(
+                target.storage,
                 q,
                 category=category,
                 min_confidence=min_confidence,
@@ -128,8 +142,16 @@ def list_facts(
                 agent_name=None if every_agent else scope.agent_key,
                 limit=offset + limit + 1,
                 include_closed=include_closed,
-                recall=state.service.recall,
+                recall=target.recall,
             )
+
+    def held_version(found: tuple[dict[str | None, int], list[ops.FactRecord]]) -> int | None:
+        # With every agent's memories, the newest of them stands for the user's.
+        return (
+            max(found[0].values(), default=None) if every_agent else found[0].get(scope.agent_name)
+        )
+
+    versions, records = replica_read(state, read, held=held, version_of=held_version)
     page = records[offset : offset + limit]
     more = len(records) > offset + limit
     facts = []
@@ -145,7 +167,7 @@ def list_facts(
 
 
 def _facts_as_of(
-    state: ServerState,
+    target: ReadTarget,
     caller: Caller,
     scope: Scope,
     as_of: datetime,
@@ -156,7 +178,7 @@ def _facts_as_of(
     """The version of the memory at ``as_of`` and the facts believed then, highest confidence
     first, filtered as a search is (``q``: every term of it among the fact's)."""
     with caller.acting():
-        doc = redacted_document(state.storage.load(**scope.arguments(), as_of=as_of))
+        doc = redacted_document(target.storage.load(**scope.arguments(), as_of=as_of))
     if doc.version == 0 and doc.last_updated is None:
         raise not_found(f"no memory of user {scope.user_id!r}")
     wanted = set(query_terms(q)) if q and q.strip() else set()
@@ -267,8 +289,11 @@ def fact_history(
     agent_name: AgentQuery = None,
     after: str | None = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+    min_version_header: MinVersionHeader = None,
+    min_version_query: MinVersionQuery = None,
 ) -> Any:
-    return _changes(state, caller, user_id, agent_name, fact_id, after, limit)
+    held = min_version(min_version_header, min_version_query)
+    return _changes(state, caller, user_id, agent_name, fact_id, after, limit, held)
 
 
 @router.get(
@@ -281,8 +306,11 @@ def changes(
     agent_name: AgentQuery = None,
     after: str | None = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+    min_version_header: MinVersionHeader = None,
+    min_version_query: MinVersionQuery = None,
 ) -> Any:
-    return _changes(state, caller, user_id, agent_name, None, after, limit)
+    held = min_version(min_version_header, min_version_query)
+    return _changes(state, caller, user_id, agent_name, None, after, limit, held)
 
 
 def _changes(
@@ -293,15 +321,22 @@ def _changes(
     fact_id: str | None,
     after: str | None,
     limit: int,
+    held: int | None = None,
 ) -> dict[str, Any]:
     scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=caller.tenant_id)
-    with caller.acting():
-        events, cursor = history.change_log(
-            state.storage, scope, fact_id=fact_id, after=after, limit=limit
-        )
-        if not events and after is None:
+
+    def read(target: ReadTarget) -> tuple[list[dict[str, Any]], str | None]:
+        with caller.acting():
+            found, next_cursor = history.change_log(
+                target.storage, scope, fact_id=fact_id, after=after, limit=limit
+            )
+        if not found and after is None:
             what = f"fact {fact_id!r}" if fact_id else f"memory of user {user_id!r}"
             raise not_found(f"no history of {what}")
+        return found, next_cursor
+
+    # A reader holding a version reads the primary: a page of history has no version of its own.
+    events, cursor = replica_read(state, read, held=held)
     for event in events:
         event["cursor"] = history.cursor_of(event["version"], event["fact_id"])
     return {"events": events, "next": cursor}

@@ -23,8 +23,20 @@ from ...scope import Scope
 from ...tenancy import acting_for
 from ..auth import Admin, Caller, Reader, Writer
 from ..errors import ApiError, error_responses, not_found
+from ..reads import ReadTarget
 from ..state import ServerState, State
-from . import AgentQuery, AsOfQuery, IfMatch, as_utc, etag, precondition
+from . import (
+    AgentQuery,
+    AsOfQuery,
+    IfMatch,
+    MinVersionHeader,
+    MinVersionQuery,
+    as_utc,
+    etag,
+    min_version,
+    precondition,
+    replica_read,
+)
 
 router = APIRouter(
     prefix="/v1", tags=["memory"], responses=error_responses(400, 403, 404, 409, 412, 413, 415, 422)
@@ -37,16 +49,23 @@ def _load(
     user_id: str,
     agent_name: str | None,
     as_of: datetime | None = None,
+    held: int | None = None,
 ) -> MemoryDocument:
     """The memory of (user, agent) in the caller's tenant (``as_of``: as it was then, see
-    :meth:`~memory_sql.storage.MemoryStorage.load`); 404 when there is none."""
-    with caller.acting():
-        doc = state.storage.load(
-            user_id=user_id, agent_name=agent_name, tenant_id=caller.tenant_id, as_of=as_of
-        )
-    if doc.version == 0 and (as_of is None or doc.last_updated is None):
-        agent = f", agent {agent_name!r}" if agent_name else ""
-        raise not_found(f"no memory of user {user_id!r}{agent}")
+    :meth:`~memory_sql.storage.MemoryStorage.load`); 404 when there is none. Read from the
+    replica when it may serve it (``held``: the version the reader holds)."""
+
+    def read(target: ReadTarget) -> MemoryDocument:
+        with caller.acting():
+            doc = target.storage.load(
+                user_id=user_id, agent_name=agent_name, tenant_id=caller.tenant_id, as_of=as_of
+            )
+        if doc.version == 0 and (as_of is None or doc.last_updated is None):
+            agent = f", agent {agent_name!r}" if agent_name else ""
+            raise not_found(f"no memory of user {user_id!r}{agent}")
+        return doc
+
+    doc = replica_read(state, read, held=held, version_of=lambda found: found.version)
     return redacted_document(doc)
 
 
@@ -66,8 +85,11 @@ def context(
             description="the turn about to be answered: the facts most relevant to it come first",
         ),
     ] = None,
+    min_version_header: MinVersionHeader = None,
+    min_version_query: MinVersionQuery = None,
 ) -> Any:
-    return _context(state, caller, user_id, agent_name, q)
+    held = min_version(min_version_header, min_version_query)
+    return _context(state, caller, user_id, agent_name, q, held)
 
 
 class ContextQuery(BaseModel):
@@ -86,12 +108,19 @@ class ContextQuery(BaseModel):
     summary="The memory block chosen for a turn or a conversation (ranked by relevance)",
 )
 def ranked_context(
-    user_id: str, body: ContextQuery, caller: Reader, state: State, agent_name: AgentQuery = None
+    user_id: str,
+    body: ContextQuery,
+    caller: Reader,
+    state: State,
+    agent_name: AgentQuery = None,
+    min_version_header: MinVersionHeader = None,
+    min_version_query: MinVersionQuery = None,
 ) -> Any:
     if body.query is not None and body.messages is not None:
         raise ApiError(400, "invalid_request", "give query or messages, not both")
     query = body.query if body.messages is None else normalize_messages(body.messages)
-    return _context(state, caller, user_id, agent_name, query)
+    held = min_version(min_version_header, min_version_query)
+    return _context(state, caller, user_id, agent_name, query, held)
 
 
 def _context(
@@ -100,11 +129,18 @@ def _context(
     user_id: str,
     agent_name: str | None,
     query: str | list[Message] | None,
+    held: int | None = None,
 ) -> Any:
     scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=caller.tenant_id)
-    with caller.acting():
-        doc = state.storage.load(**scope.arguments())
-        block = state.service.render_context(doc, scope=scope, query=query)
+
+    def read(target: ReadTarget) -> tuple[MemoryDocument, str]:
+        with caller.acting():
+            doc = target.storage.load(**scope.arguments())
+            return doc, state.service.render_context(
+                doc, scope=scope, query=query, recall=target.recall
+            )
+
+    doc, block = replica_read(state, read, held=held, version_of=lambda found: found[0].version)
     return JSONResponse({"context": block, "version": doc.version}, headers=etag(doc.version))
 
 
@@ -115,10 +151,13 @@ def get_memory(
     state: State,
     agent_name: AgentQuery = None,
     as_of: AsOfQuery = None,
+    min_version_header: MinVersionHeader = None,
+    min_version_query: MinVersionQuery = None,
 ) -> Any:
+    held = min_version(min_version_header, min_version_query)
     if as_of is not None:  # a past view: its facts as they were, no version to write against
-        return _load(state, caller, user_id, agent_name, as_utc(as_of)).to_deerflow()
-    doc = _load(state, caller, user_id, agent_name)
+        return _load(state, caller, user_id, agent_name, as_utc(as_of), held).to_deerflow()
+    doc = _load(state, caller, user_id, agent_name, held=held)
     return JSONResponse(doc.to_deerflow(), headers=etag(doc.version))
 
 
@@ -154,12 +193,23 @@ def put_memory(
     summary="Every memory of the tenant as JSON Lines, streamed",
     response_class=StreamingResponse,
 )
-def export(caller: Reader, state: State) -> StreamingResponse:
-    lines = ops.iter_jsonl(state.storage, tenant_id=caller.tenant_id)
+def export(
+    caller: Reader,
+    state: State,
+    min_version_header: MinVersionHeader = None,
+    min_version_query: MinVersionQuery = None,
+) -> StreamingResponse:
+    held = min_version(min_version_header, min_version_query)
+
     # The first line is read before the status is sent, so that a database that fails answers
-    # 503 rather than a 200 with an empty (or cut) body.
-    with caller.acting():
-        first = next(lines, None)
+    # 503 rather than a 200 with an empty (or cut) body. A reader holding a version reads the
+    # primary (the export spans every memory: no one version to check on the replica).
+    def start(target: ReadTarget) -> tuple[Iterator[str], str | None]:
+        lines = ops.iter_jsonl(target.storage, tenant_id=caller.tenant_id)
+        with caller.acting():
+            return lines, next(lines, None)
+
+    lines, first = replica_read(state, start, held=held)
     head = [] if first is None else [(first + "\n").encode("utf-8")]
     return StreamingResponse(
         itertools.chain(head, _acting_while(caller.tenant_id, lines)),
