@@ -3,11 +3,18 @@ the per-key debounce saves, on the real queue table; and (PostgreSQL) the worker
 against intake in the same run.
 
     .venv/bin/python benchmarks/bench_queue.py [--throughput-only | --wakeups-only | --notify-only]
+    .venv/bin/python benchmarks/bench_queue.py [--round-trips] [--concurrent RUNS [--workers N]]
 
 Throughput: 16 threads queue 2 000 conversations of 2 000 users (``after_agent``), timed:
 intake per second. Then 2 worker processes × 8 threads (``memory-sql worker``'s service) drain
 them through the scripted chat-completions server of ``tests/llm_server.py``, which answers at
 once: updates per second from the first LLM call to the empty queue, and the ratio to intake.
+
+``--concurrent RUNS`` measures intake and drain at the same time instead of one after the other:
+2 worker processes of ``--workers N`` threads (8 by default) run while 16 threads queue 1 000
+conversations; drain ÷ intake is the share learned by the time the last was queued, per run
+(1.0: the worker keeps up). ``--round-trips`` counts the statements and commits the worker
+sends per update (a SQLAlchemy event on the engine).
 
 Wake-ups (SQLite and PostgreSQL): posted → learned, the time from queueing a conversation in a
 process that runs no updates (the API's side of the README's layout) to its memory's save,
@@ -242,6 +249,222 @@ def throughput(url: str) -> None:
     print(f"  drain / intake                            {rate / intake:7.2f}")
 
 
+def serve_until_stopped(url, llm_base_url, workers, stop, ready, results) -> None:
+    """A worker process for :func:`concurrent`: a MemoryService with ``workers`` threads,
+    working until ``stop`` is set; reports ``(pid, status)``."""
+    import os
+
+    from memory_sql import MemoryConfig
+    from memory_sql.service import MemoryService
+
+    config = MemoryConfig(
+        storage=url,
+        model_name="m",
+        llm_base_url=llm_base_url,
+        llm_api_key="k",
+        llm_max_retries=0,
+        workers=workers,
+        debounce_seconds=0,
+        token_counting=False,
+    )
+    service = MemoryService(config)
+    ready.put(os.getpid())
+    try:
+        stop.wait()
+        status = {**service.status(), "claims": getattr(service.worker, "claims", 0)}
+    finally:
+        service.close(timeout=10)
+    results.put((os.getpid(), status))
+
+
+def serve_llm(stop, ready) -> None:
+    """The scripted LLM in a process of its own for :func:`concurrent` (in the intake's
+    process it would share that process's interpreter lock with the 16 intake threads):
+    reports its base URL, answers until ``stop`` is set."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from llm_server import ScriptedLLM
+    from test_service import learn
+
+    with ScriptedLLM() as llm:
+        llm.responder = learn
+        ready.put(llm.base_url)
+        stop.wait()
+
+
+CONCURRENT_KEYS = 1000
+
+
+def concurrent(url: str, runs: int, workers: int) -> None:
+    """Intake and drain measured at the same time: 2 worker processes of ``workers`` threads
+    run while 16 threads of ``after_agent`` queue ``CONCURRENT_KEYS`` conversations of as many
+    users. Drain ÷ intake is the share of those conversations learned (their rows completed)
+    by the time the last was queued: 1.0 when the worker keeps up. ``runs`` rounds, the queue
+    emptied between them."""
+    import multiprocessing
+    import threading
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from test_service import chat
+
+    from memory_sql import MemoryConfig
+    from memory_sql.service import MemoryService
+
+    migrations.upgrade(url)
+    engine = create_engine(url)
+
+    def left() -> int:
+        with engine.connect() as conn:
+            return int(conn.execute(sa.select(sa.func.count()).select_from(pending)).scalar() or 0)
+
+    def wait_empty(limit: float) -> float:
+        started = time.monotonic()
+        while left() and time.monotonic() - started < limit:
+            time.sleep(0.02)
+        return time.monotonic() - started
+
+    print(
+        f"\nintake and drain at the same time (PostgreSQL; 16 threads of after_agent queue "
+        f"{CONCURRENT_KEYS} conversations of as many users while 2 worker processes x "
+        f"{workers} threads learn them; an LLM that answers at once)"
+    )
+    spawn = multiprocessing.get_context("spawn")
+    stop, ready, results = spawn.Event(), spawn.Queue(), spawn.Queue()
+    llm_process = spawn.Process(target=serve_llm, args=(stop, ready))
+    llm_process.start()
+    base_url = ready.get(timeout=120)
+    config = MemoryConfig(
+        storage=url,
+        model_name="m",
+        llm_base_url=base_url,
+        llm_api_key="k",
+        debounce_seconds=0,
+        token_counting=False,
+    )
+    processes = [
+        spawn.Process(
+            target=serve_until_stopped,
+            args=(url, base_url, workers, stop, ready, results),
+        )
+        for _ in range(2)
+    ]
+    for process in processes:
+        process.start()
+    for _ in processes:
+        ready.get(timeout=120)
+    ratios = []
+    with MemoryService(config, start=False) as service:
+        for n in range(40):  # a warm-up: each process imports openai, builds its client
+            service.after_agent(chat("tea"), thread_id="t", user_id=f"warm-{n}")
+        wait_empty(120)
+        for run in range(runs):
+
+            def post(start: int, run: int = run) -> None:
+                for n in range(start, CONCURRENT_KEYS, 16):
+                    service.after_agent(chat(f"tea{n}"), thread_id="t", user_id=f"r{run}-{n}")
+
+            threads = [threading.Thread(target=post, args=(n,)) for n in range(16)]
+            started = time.monotonic()
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            window = time.monotonic() - started
+            backlog = left()
+            after = wait_empty(300)
+            intake = CONCURRENT_KEYS / window
+            drain = (CONCURRENT_KEYS - backlog) / window
+            ratios.append(drain / intake)
+            print(
+                f"  run {run + 1}: intake {intake:6.0f}/s   drain {drain:6.0f}/s   "
+                f"drain / intake {drain / intake:5.2f}   backlog {backlog:4d}, "
+                f"emptied {after:5.2f} s later   load {_loadavg()}"
+            )
+    stop.set()
+    statuses = [results.get(timeout=60)[1] for _ in processes]
+    for process in [*processes, llm_process]:
+        process.join(30)
+    engine.dispose()
+    done = sum(status["completed"] for status in statuses)
+    claims = sum(status["claims"] for status in statuses)
+    print(
+        f"  drain / intake {min(ratios):.2f}-{max(ratios):.2f} over {runs} runs "
+        f"({done} updates completed by the workers, {claims / max(done, 1):.2f} claims each)"
+    )
+
+
+def round_trips(url: str, updates: int = 200) -> None:
+    """Statements per update the worker sends (counted with SQLAlchemy's
+    ``before_cursor_execute`` event on the service's engine, so the driver's fast path is off
+    and every statement is seen), and the transactions they make, for one-turn conversations
+    of distinct users through a service's own worker."""
+    from collections import Counter
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from llm_server import ScriptedLLM
+    from test_service import chat, learn
+
+    from memory_sql import MemoryConfig
+    from memory_sql.models import utcnow
+    from memory_sql.service import MemoryService
+    from memory_sql.storage.capabilities import sql_engine
+
+    migrations.upgrade(url)
+    with ScriptedLLM() as llm:
+        llm.responder = learn
+        config = MemoryConfig(
+            storage=url,
+            model_name="m",
+            llm_base_url=llm.base_url,
+            llm_api_key="k",
+            debounce_seconds=3600,
+            max_debounce_seconds=3600,
+            token_counting=False,
+            workers=2,
+        )
+        with MemoryService(config) as service:
+            for n in range(10):  # a warm-up: the first update builds the client
+                service.after_agent(chat("tea"), thread_id="t", user_id=f"rt-warm-{n}")
+            service.flush(timeout=60)
+            for n in range(updates):
+                service.after_agent(chat(f"tea{n}"), thread_id="t", user_id=f"rt-{n}")
+            service.spool.write()  # queued before the statements are counted
+            engine = sql_engine(service.storage)
+            assert engine is not None
+            kinds: Counter[str] = Counter()
+
+            def count(conn, cursor, statement, parameters, context, executemany) -> None:
+                kinds[statement.split(None, 1)[0].upper()] += 1
+
+            def commit(conn) -> None:
+                kinds["COMMIT"] += 1
+
+            sa.event.listen(engine, "before_cursor_execute", count)
+            sa.event.listen(engine, "commit", commit)
+            target = service.worker.completed + updates
+            try:
+                service.queue.make_all_due()
+                service.worker.notify(utcnow())
+                deadline = time.monotonic() + 120
+                while service.worker.completed < target and time.monotonic() < deadline:
+                    time.sleep(0.01)  # not service.flush(): its polls would be counted
+            finally:
+                sa.event.remove(engine, "before_cursor_execute", count)
+                sa.event.remove(engine, "commit", commit)
+    statements = sum(n for kind, n in kinds.items() if kind != "COMMIT")
+    print(f"\nround trips per update (PostgreSQL, {updates} one-turn updates, the worker's own)")
+    print(
+        f"  statements {statements / updates:5.2f}   commits {kinds['COMMIT'] / updates:5.2f}   "
+        f"({', '.join(f'{k} {v / updates:.2f}' for k, v in sorted(kinds.items()))})"
+    )
+
+
+def _loadavg() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
+
+
 WAKE_SAMPLES = {"immediate": 30, "debounced": 15}
 WAKE_DEBOUNCE = 1.0
 WAKE_GOALS = {"sqlite": 2.0, "postgresql": 1.0}
@@ -380,6 +603,15 @@ def notify_cost(url: str) -> None:
     )
 
 
+def _option(name: str, default: int) -> int:
+    """The integer after ``name`` on the command line (``default`` when absent or not one)."""
+    if name in sys.argv:
+        index = sys.argv.index(name) + 1
+        if index < len(sys.argv) and sys.argv[index].isdigit():
+            return int(sys.argv[index])
+    return default
+
+
 def _percentiles(values: list[float]) -> tuple[float, float]:
     ordered = sorted(values)
     pick = [ordered[min(len(ordered) - 1, int(q * len(ordered)))] for q in (0.5, 0.99)]
@@ -387,6 +619,18 @@ def _percentiles(values: list[float]) -> tuple[float, float]:
 
 
 def main() -> None:
+    if "--concurrent" in sys.argv or "--round-trips" in sys.argv:
+        runs = _option("--concurrent", 3)
+        workers = _option("--workers", 8)
+        with scratch_postgres() as pg:
+            if pg is None:
+                print("no PostgreSQL: nothing measured")
+                return
+            if "--round-trips" in sys.argv:
+                round_trips(pg)
+            if "--concurrent" in sys.argv:
+                concurrent(pg, runs, workers)
+        return
     if "--notify-only" in sys.argv:
         with scratch_postgres() as pg:
             if pg is not None:

@@ -120,8 +120,8 @@ def run_service_killed_at(url, llm_base_url, point, results, timeout=60.0) -> No
             die()
         return version
 
-    def complete_on(self, conn, item):
-        completed = original_complete_on(self, conn, item)
+    def complete_on(self, conn, item, mark=None):
+        completed = original_complete_on(self, conn, item, mark)
         if point == "before_commit":
             die()
         return completed

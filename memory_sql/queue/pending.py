@@ -52,7 +52,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from ..config import QueueSettings
@@ -61,28 +60,18 @@ from ..errors import LeaseLostError, StorageError
 from ..intake.messages import Message
 from ..intake.signals import Signals
 from ..models import utcnow
-from ..schema import memory_pending_updates as pending
 from ..scope import Scope
+from ..storage import watermarks
 from ..storage.dialects import dialect_of
-from ..storage.queue_rows import count_statement
+from ..storage.queue_rows import QueueRows
+from ..storage.watermarks import Mark
 from ..tenancy import ALL_TENANTS, acting_for
 
 logger = logging.getLogger(__name__)
 
 MAX_BACKOFF_SECONDS = 3600.0
-_MEMORY = (pending.c.tenant_id, pending.c.user_id, pending.c.agent_name)
-_KEY = (*_MEMORY, pending.c.thread_id)
 # The first key of PostgreSQL's two-key advisory locks taken by claims ("ms" for memory_sql).
 _ADVISORY_LOCK_CLASS = 0x6D73
-_sibling = pending.alias("sibling")
-_SELECT_FOR_ADD = sa.select(
-    pending.c.first_enqueued_at,
-    pending.c.correction,
-    pending.c.reinforcement,
-    pending.c.status,
-    pending.c.messages,
-    pending.c.lease_until,
-)
 
 
 @dataclass(frozen=True)
@@ -98,6 +87,15 @@ class PendingUpdate:
     attempts: int
     reply: str | None = None
     """A parsed LLM reply (JSON) left by a run that lost to version conflicts."""
+    mark: Mark | None = None
+    """The thread's watermark, read with the claim (when ``mark_read``)."""
+    mark_read: bool = False
+    """Whether the claim read the watermark (the queue's database has the table): then
+    ``mark`` is it, and the run need not read it again."""
+
+
+_SKIPPED: Any = object()
+"""In :meth:`UpdateQueue._lease`'s answer: a row left out, its memory leased elsewhere."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +142,9 @@ class UpdateQueue:
         """Messages cut from rows over the caps since start (oldest first)."""
         self._trim_lock = threading.Lock()
         self._dialect = dialect_of(engine)
+        self._rows = QueueRows(self._dialect)
+        self._with_marks: bool | None = None
+        """Whether claims read the rows' watermarks (None: not looked yet)."""
 
     # enqueue ---------------------------------------------------------------------------------
 
@@ -219,9 +220,7 @@ class UpdateQueue:
         ]
         # Many parameter sets with RETURNING: SQLAlchemy's "insertmanyvalues" sends them as
         # multi-row INSERTs of one compiled statement.
-        returned = conn.execute(
-            self._insert_ignoring_conflict().returning(*_KEY, pending.c.kind), rows
-        ).all()
+        returned = conn.execute(self._rows.insert_new(), rows).all()
         return {
             (tenant, user, agent, thread, kind == "flush")
             for tenant, user, agent, thread, kind in returned
@@ -242,24 +241,24 @@ class UpdateQueue:
         # then the insert is tried again.
         for _ in range(3):
             inserted = conn.execute(
-                self._insert_ignoring_conflict()
-                .values(
-                    **key,
-                    messages=body,
-                    correction=signals.correction,
-                    reinforcement=signals.reinforcement,
-                    first_enqueued_at=now,
-                    last_enqueued_at=now,
-                    due_at=due,
-                    generation=1,
-                    attempts=0,
-                    status="pending",
+                self._rows.insert_one(
+                    {
+                        **key,
+                        "messages": body,
+                        "correction": signals.correction,
+                        "reinforcement": signals.reinforcement,
+                        "first_enqueued_at": now,
+                        "last_enqueued_at": now,
+                        "due_at": due,
+                        "generation": 1,
+                        "attempts": 0,
+                        "status": "pending",
+                    }
                 )
-                .returning(pending.c.generation)
             ).first()
             if inserted is not None:
                 return due
-            row = conn.execute(self._for_update(_SELECT_FOR_ADD.where(_is_key(key)))).first()
+            row = conn.execute(self._rows.select_for_add(key)).first()
             if row is not None:
                 break
         else:
@@ -281,20 +280,16 @@ class UpdateQueue:
         if not immediate:
             due = min(due, first + self.max_wait)
         conn.execute(
-            sa.update(pending)
-            .where(_is_key(key))
-            .values(
-                messages=body,
-                correction=merged.correction,
-                reinforcement=merged.reinforcement,
-                first_enqueued_at=first,
-                last_enqueued_at=now,
-                due_at=due,
-                generation=pending.c.generation + 1,
-                status="pending",
-                attempts=sa.case((pending.c.status == "failed", 0), else_=pending.c.attempts),
-                last_error=None,
-                reply=None,
+            self._rows.merge(
+                key,
+                {
+                    "messages": body,
+                    "correction": merged.correction,
+                    "reinforcement": merged.reinforcement,
+                    "first_enqueued_at": first,
+                    "last_enqueued_at": now,
+                    "due_at": due,
+                },
             )
         )
         return due
@@ -334,14 +329,17 @@ class UpdateQueue:
         if limit <= 0:
             return []
         now = now or utcnow()
+        if self._with_marks is None:  # an older schema has no watermarks to read
+            with database_errors(self.engine, "update queue"):
+                self._with_marks = watermarks.has_table(self.engine)
         claimed: list[PendingUpdate] = []
         with self._transaction() as conn:
             while len(claimed) < limit:
                 rows = self._first_of_memories(conn, limit - len(claimed), now)
                 if self._dialect.locks_rows() and rows:
-                    rows = self._still_free(conn, rows, now)
+                    rows = self._still_free(conn, rows)
                 items = self._lease(conn, rows, now)
-                claimed.extend(item for item in items if item is not None)
+                claimed.extend(item for item in items if item is not None and item is not _SKIPPED)
                 if None not in items:
                     break
                 # Rows that cannot run were marked failed: their memories' next rows may run.
@@ -365,64 +363,51 @@ class UpdateQueue:
             if len(rows) < wanted + 2:
                 return list(found.values())
 
-    def _claimable(
-        self, limit: int, now: datetime, skipped: list[tuple[str, str, str]]
-    ) -> sa.Select[Any]:
+    def _claimable(self, limit: int, now: datetime, skipped: list[tuple[str, str, str]]) -> Any:
         """Due, unleased rows of memories with no live lease, but the ``skipped`` ones, in
-        due order (read along the index, which stops at ``limit``: each memory's first row is
-        one of its earliest due)."""
-        query = (
-            sa.select(*_KEY, pending.c.kind, pending.c.messages, pending.c.correction)
-            .add_columns(pending.c.reinforcement, pending.c.generation, pending.c.attempts)
-            .add_columns(pending.c.reply)
-            .where(
-                pending.c.status == "pending",
-                pending.c.due_at <= now,
-                _unleased(now),
-                ~_memory_leased(now),
-            )
-            .order_by(pending.c.due_at)
-            .limit(limit)
-        )
-        if skipped:
-            query = query.where(sa.tuple_(*_MEMORY).not_in(skipped))
-        return self._dialect.lock_rows(query, of=pending, skip_locked=True)
+        due order, with their threads' watermarks (:func:`~memory_sql.storage.queue_rows.
+        claimable`)."""
+        return self._rows.claimable(limit, now, skipped, with_marks=bool(self._with_marks))
 
-    def _still_free(self, conn: Connection, rows: Sequence[Any], now: datetime) -> list[Any]:
-        """``rows`` whose memory this transaction could lock and that no concurrent claim
-        leased meanwhile (PostgreSQL). The lock is held until this claim commits; the check
-        after it is a new statement, so it sees every lease committed before the lock."""
-        locks = [
-            sa.func.pg_try_advisory_xact_lock(_ADVISORY_LOCK_CLASS, _memory_lock_id(row))
-            for row in rows
-        ]
-        got = conn.execute(sa.select(*locks)).one()
-        rows = [row for row, locked in zip(rows, got, strict=True) if locked]
-        if not rows:
-            return []
-        memories = [(row.tenant_id, row.user_id, row.agent_name) for row in rows]
-        leased = set(
-            conn.execute(
-                sa.select(*_MEMORY)
-                .where(sa.tuple_(*_MEMORY).in_(memories), pending.c.lease_until >= now)
-                .distinct()
-            ).all()
-        )
-        return [row for row, memory in zip(rows, memories, strict=True) if memory not in leased]
+    def _still_free(self, conn: Connection, rows: Sequence[Any]) -> list[Any]:
+        """``rows`` whose memory this transaction could lock (PostgreSQL). The lock is held
+        until this claim commits; the lease that follows is a new statement, so its check of
+        the memory (no row leased elsewhere) sees every lease committed before the lock."""
+        locks = self._rows.advisory_locks(_ADVISORY_LOCK_CLASS, [_memory_lock_id(r) for r in rows])
+        got = conn.execute(locks).one()
+        return [row for row, locked in zip(rows, got, strict=True) if locked]
 
     def _lease(
         self, conn: Connection, rows: Sequence[Any], now: datetime
     ) -> list[PendingUpdate | None]:
         """Lease the claimable ``rows`` (one statement for all), marking failed those that
-        cannot run (``None`` in their place)."""
+        cannot run (``None`` in their place). On PostgreSQL the lease also checks that no
+        concurrent claim leased another row of the memory meanwhile: rows it skips for that
+        are left out."""
         items = [self._item_of(conn, row) for row in rows]
-        leased = [_by_key(item.scope, item.thread_id, item.kind) for item in items if item]
-        if leased:
-            until = now + self.lease
-            for parameters in leased:
-                parameters.update(owner=self.owner, until=until)
-            conn.execute(_LEASE, leased)
-        return items
+        runnable = [item for item in items if item is not None]
+        if not runnable:
+            return items
+        keys = [
+            (item.scope.tenant_id, item.scope.user_id, item.scope.agent_key, item.thread_id)
+            + (item.kind,)
+            for item in runnable
+        ]
+        leased = set(
+            conn.execute(
+                self._rows.lease(keys, now),
+                {"owner": self.owner, "until": now + self.lease},
+            ).all()
+        )
+        return [
+            item
+            if item is None
+            or (item.scope.tenant_id, item.scope.user_id, item.scope.agent_key)
+            + (item.thread_id, item.kind)
+            in leased
+            else _SKIPPED
+            for item in items
+        ]
 
     def _item_of(self, conn: Connection, row: Any) -> PendingUpdate | None:
         """The claimable ``row`` as the update it leases to, or ``None`` having marked it failed
@@ -441,11 +426,10 @@ class UpdateQueue:
                 problem = f"the queued conversation is unreadable: {exc}"
         if problem is not None:
             conn.execute(
-                sa.update(pending)
-                .where(_is_key(_key_values(scope, row.thread_id, row.kind)))
-                .values(status="failed", last_error=problem, lease_owner=None, lease_until=None)
+                self._rows.mark_failed(_key_values(scope, row.thread_id, row.kind), problem)
             )
             return None
+        mark_key = getattr(row, "mark_key", None)
         return PendingUpdate(
             scope=scope,
             thread_id=row.thread_id,
@@ -455,6 +439,8 @@ class UpdateQueue:
             generation=row.generation,
             attempts=row.attempts + 1,
             reply=row.reply,
+            mark=Mark(mark_key, row.mark_position) if mark_key is not None else None,
+            mark_read=bool(self._with_marks),
         )
 
     @reconnecting
@@ -469,9 +455,7 @@ class UpdateQueue:
             for item in items:
                 key = _key_values(item.scope, item.thread_id, item.kind)
                 renewed += conn.execute(
-                    sa.update(pending)
-                    .where(_is_key(key), pending.c.lease_owner == self.owner)
-                    .values(lease_until=now + self.lease)
+                    self._rows.renew(key, self.owner, now + self.lease)
                 ).rowcount
         return renewed
 
@@ -481,39 +465,37 @@ class UpdateQueue:
         with self._transaction() as conn:
             return self.complete_on(conn, item)
 
-    def complete_on(self, conn: Connection, item: PendingUpdate) -> bool:
+    def complete_on(self, conn: Connection, item: PendingUpdate, mark: Mark | None = None) -> bool:
         """Complete ``item``'s row on ``conn``, inside the caller's transaction (the memory
         save's, when the memory shares this database): delete it, unless a newer conversation
         arrived meanwhile (then the row stays, released, for the next run). True if deleted.
+        ``mark``: also store it as the thread's watermark (in the same statement where the
+        database writes in CTEs).
 
         Raises:
             LeaseLostError: the row is no longer leased to this owner (its lease ran out and
                 another worker took it): the caller's transaction must roll back.
         """
-        deleted = conn.execute(
-            _DELETE_RUN,
-            {
-                **_by_key(item.scope, item.thread_id, item.kind),
-                "generation": item.generation,
-                "owner": self.owner,
-            },
-        ).rowcount
+        parameters = {
+            **_by_key(item.scope, item.thread_id, item.kind),
+            "generation": item.generation,
+            "owner": self.owner,
+        }
+        in_one = mark is not None and self._dialect.writes_in_ctes
+        if in_one:
+            assert mark is not None
+            parameters.update(
+                message_key=mark.message_key, position=mark.position, updated_at=utcnow()
+            )
+        elif mark is not None:
+            watermarks.move_on(conn, item.scope, item.thread_id, mark)
+        deleted = conn.execute(self._rows.complete(with_mark=in_one), parameters).rowcount
         if deleted:
             return True
         # A newer conversation arrived during the run: it waits its own debounce, and the
         # maximum wait counts from when it came (the run took everything before it).
         key = _key_values(item.scope, item.thread_id, item.kind)
-        released = conn.execute(
-            sa.update(pending)
-            .where(_is_key(key), pending.c.lease_owner == self.owner)
-            .values(
-                lease_owner=None,
-                lease_until=None,
-                attempts=0,
-                last_error=None,
-                first_enqueued_at=pending.c.last_enqueued_at,
-            )
-        ).rowcount
+        released = conn.execute(self._rows.release_for_newer(key, self.owner)).rowcount
         if not released:
             raise LeaseLostError(
                 f"update queue: the row of {item.scope}, thread {item.thread_id} "
@@ -540,15 +522,13 @@ class UpdateQueue:
         with self._transaction() as conn:
             return bool(
                 conn.execute(
-                    sa.update(pending)
-                    .where(_is_key(key), pending.c.lease_owner == self.owner)
-                    .values(
-                        lease_owner=None,
-                        lease_until=None,
-                        attempts=pending.c.attempts - 1,
-                        due_at=now + timedelta(seconds=delay_seconds),
-                        last_error=note[:4000],
-                        reply=sa.case((pending.c.generation == item.generation, reply), else_=None),
+                    self._rows.postpone(
+                        key,
+                        self.owner,
+                        now + timedelta(seconds=delay_seconds),
+                        note[:4000],
+                        item.generation,
+                        reply,
                     )
                 ).rowcount
             )
@@ -563,10 +543,7 @@ class UpdateQueue:
         key = _key_values(item.scope, item.thread_id, item.kind)
         error = error[:4000]
         with self._transaction() as conn:
-            query = sa.select(pending.c.generation, pending.c.attempts, pending.c.messages).where(
-                _is_key(key), pending.c.lease_owner == self.owner
-            )
-            row = conn.execute(self._dialect.lock_rows(query)).first()
+            row = conn.execute(self._rows.select_for_fail(key, self.owner)).first()
             if row is None:
                 return "lost"
             released: dict[str, Any] = {
@@ -585,7 +562,7 @@ class UpdateQueue:
             else:
                 delay = min(self.backoff_seconds * 2 ** (row.attempts - 1), MAX_BACKOFF_SECONDS)
                 outcome, values = "retry", {"due_at": now + timedelta(seconds=delay)}
-            conn.execute(sa.update(pending).where(_is_key(key)).values(**released, **values))
+            conn.execute(self._rows.update(key, {**released, **values}))
         return outcome
 
     @reconnecting
@@ -593,11 +570,7 @@ class UpdateQueue:
         """Give ``item`` back unrun (shutting down): due now, the attempt not counted."""
         key = _key_values(item.scope, item.thread_id, item.kind)
         with self._transaction() as conn:
-            conn.execute(
-                sa.update(pending)
-                .where(_is_key(key), pending.c.lease_owner == self.owner)
-                .values(lease_owner=None, lease_until=None, attempts=pending.c.attempts - 1)
-            )
+            conn.execute(self._rows.give_back(key, self.owner))
 
     # scheduling and reporting ----------------------------------------------------------------
 
@@ -607,20 +580,7 @@ class UpdateQueue:
         lease on it."""
         now = now or utcnow()
         with self._connection() as conn:
-            # A row of a memory with a row leased waits for that run: for ours, its end
-            # wakes the worker; for another process's, the end of that lease does (below).
-            unleased = conn.execute(
-                sa.select(sa.func.min(pending.c.due_at)).where(
-                    pending.c.status == "pending", _unleased(now), ~_memory_leased(now)
-                )
-            ).scalar()
-            lease_end = conn.execute(
-                sa.select(sa.func.min(pending.c.lease_until)).where(
-                    pending.c.status == "pending",
-                    pending.c.lease_until >= now,
-                    pending.c.lease_owner != self.owner,  # our own runs renew their leases
-                )
-            ).scalar()
+            unleased, lease_end = conn.execute(self._rows.next_due(now, self.owner)).one()
         times = [t for t in (unleased, lease_end) if t is not None]
         return min(times) if times else None
 
@@ -629,38 +589,24 @@ class UpdateQueue:
         """Make every pending row due now (a flush). Returns how many rows that touched."""
         now = now or utcnow()
         with self._transaction() as conn:
-            return conn.execute(
-                sa.update(pending)
-                .where(pending.c.status == "pending", pending.c.due_at > now)
-                .values(due_at=now)
-            ).rowcount
+            return conn.execute(self._rows.make_all_due(now)).rowcount
 
     @reconnecting
     def counts(self, *, now: datetime | None = None) -> dict[str, int]:
         """Rows ``pending`` (waiting or running), ``failed`` (given up), ``leased`` (running
         anywhere now) and ``due`` (waiting and due now)."""
         with self._connection() as conn:
-            return dict(conn.execute(count_statement(now or utcnow())).mappings().one())
+            return dict(conn.execute(self._rows.counts(now or utcnow())).mappings().one())
 
     @reconnecting
     def oldest_pending_seconds(self, *, now: datetime | None = None) -> float:
         """How long ago the oldest pending row was first queued; 0 when none is."""
         now = now or utcnow()
         with self._connection() as conn:
-            oldest = conn.execute(
-                sa.select(sa.func.min(pending.c.first_enqueued_at)).where(
-                    pending.c.status == "pending"
-                )
-            ).scalar()
+            oldest = conn.execute(self._rows.oldest_pending()).scalar()
         return max((now - oldest).total_seconds(), 0.0) if oldest is not None else 0.0
 
     # plumbing --------------------------------------------------------------------------------
-
-    def _for_update(self, query: sa.Select[Any]) -> sa.Select[Any]:
-        return self._dialect.lock_rows(query)
-
-    def _insert_ignoring_conflict(self) -> Any:
-        return self._dialect.insert_ignore(pending)
 
     # The queue serves every tenant: its own connections see all of them (memory_sql.tenancy).
 
@@ -701,52 +647,14 @@ def _kind(item: Enqueued) -> str:
     return "flush" if item.immediate else "turn"
 
 
-def _is_key(key: dict[str, str]) -> sa.ColumnElement[bool]:
-    return sa.and_(*(pending.c[name] == value for name, value in key.items()))
-
-
-# The hot statements of a run, built once (their parameters named key_<column>, owner, …).
-_KEY_COLUMNS = ("tenant_id", "user_id", "agent_name", "thread_id", "kind")
-_IS_BOUND_KEY = sa.and_(*(pending.c[name] == sa.bindparam(f"key_{name}") for name in _KEY_COLUMNS))
-_LEASE = (
-    sa.update(pending)
-    .where(_IS_BOUND_KEY)
-    .values(
-        lease_owner=sa.bindparam("owner"),
-        lease_until=sa.bindparam("until"),
-        attempts=pending.c.attempts + 1,
-    )
-)
-_DELETE_RUN = sa.delete(pending).where(
-    _IS_BOUND_KEY,
-    pending.c.generation == sa.bindparam("generation"),
-    pending.c.lease_owner == sa.bindparam("owner"),
-)
-
-
 def _by_key(scope: Scope, thread_id: str, kind: str) -> dict[str, Any]:
-    """The parameters of :data:`_IS_BOUND_KEY` for one row."""
+    """The parameters of the key (``key_<column>``) in the statements of a run
+    (:mod:`memory_sql.storage.queue_rows`), for one row."""
     return {f"key_{name}": value for name, value in _key_values(scope, thread_id, kind).items()}
 
 
 def _leased(lease_until: datetime | None, now: datetime) -> bool:
     return lease_until is not None and lease_until >= now
-
-
-def _unleased(now: datetime) -> sa.ColumnElement[bool]:
-    return sa.or_(pending.c.lease_until.is_(None), pending.c.lease_until < now)
-
-
-def _memory_leased(now: datetime) -> sa.ColumnElement[bool]:
-    """Some row of the same memory (tenant, user, agent) is under an unexpired lease.
-
-    Asked as membership in the few memories being updated (found through the lease index),
-    not as a correlated EXISTS: that would read every sibling of every due row, quadratic in
-    the rows of one busy user."""
-    running = sa.select(_sibling.c.tenant_id, _sibling.c.user_id, _sibling.c.agent_name).where(
-        _sibling.c.lease_until >= now
-    )
-    return sa.tuple_(*_MEMORY).in_(running)
 
 
 def _memory_lock_id(row: Any) -> int:

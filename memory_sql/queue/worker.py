@@ -46,6 +46,9 @@ CONFLICT_RETRY_SECONDS = (1.0, 5.0)
 """A run given back after version conflicts runs again after a random delay in this range."""
 QUICK_RUN_SECONDS = 1.0
 """Runs taking less than this on average (a moving average) are claimed a pool ahead."""
+GATHER_SECONDS = 0.02
+"""A wake-up for work due now waits this long, so the notices of a burst of enqueues (and the
+ends of runs) that arrive meanwhile share one claim rather than each making its own."""
 
 
 @dataclass(frozen=True)
@@ -79,8 +82,10 @@ class UpdateWorker:
         *,
         workers: int = 2,
         sweep_interval: float = 60.0,
+        gather_seconds: float = GATHER_SECONDS,
     ) -> None:
         self.queue = queue
+        self.gather = timedelta(seconds=gather_seconds)
         self.run = run
         self.workers = workers
         self.sweep_interval = sweep_interval
@@ -104,6 +109,7 @@ class UpdateWorker:
         self.failed = 0
         self.postponed = 0
         self.waited = 0  # runs given back unrun (over the LLM budget)
+        self.claims = 0  # claims made (each one transaction on the queue)
         self._outage = OutageLog("memory update worker")
         self.wakeups: NotifyListener | ChangePoller | None = None
         """What tells this worker of rows other processes queue (None before start)."""
@@ -155,7 +161,9 @@ class UpdateWorker:
             self._outage.failed(exc)
 
     def notify(self, due: datetime) -> None:
-        """A row becomes claimable at ``due``: wake up then, unless already waking earlier."""
+        """A row becomes claimable at ``due``: wake up then (work due now: ``gather_seconds``
+        from now), unless already waking earlier."""
+        due = max(due, utcnow() + self.gather)
         with self._lock:
             if self._stopping:
                 return
@@ -234,6 +242,7 @@ class UpdateWorker:
             wanted = free + self.workers if quick else free
             self._in_flight += wanted  # reserved: stop() waits for this claim to end
         try:
+            self.claims += 1
             items = self.queue.claim(wanted)
         except BaseException:
             with self._lock:

@@ -70,6 +70,9 @@ class SQLDialect:
     """Whether the full-text match reads the memory's texts for BM25 in Python
     (:attr:`fts_match_sql` returns ``fact_id, search_text, tenant_id, user_id, agent_name``)
     rather than scores (``fact_id, score``)."""
+    writes_in_ctes: bool = False
+    """Whether a statement may hold data-modifying CTEs (``WITH moved AS (INSERT …) DELETE
+    …``): two writes in one round trip."""
 
     drivers: tuple[str, ...] = ()
     """The SQLAlchemy driver names memory_sql accepts for the database (``scheme+driver``)."""
@@ -328,6 +331,7 @@ class PostgreSQL(SQLDialect):
     # runs as may update the queue, not the migration stamp.
     writable_probe = "UPDATE memory_pending_updates SET attempts = attempts WHERE false"
     raw_fts = True
+    writes_in_ctes = True
     _insert = staticmethod(postgresql.insert)
 
     replay_position_sql = "SELECT CAST(pg_current_wal_lsn() AS text)"

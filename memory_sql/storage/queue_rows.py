@@ -1,6 +1,9 @@
-"""The update queue's rows read and changed by hand (``memory_pending_updates``): listed,
-counted, retried, dropped. The ``queue`` capability of a SQL storage; what the keys mean and
-what the operations promise is :mod:`memory_sql.queue.manage`'s.
+"""Every statement on the update queue's rows (``memory_pending_updates``).
+
+:class:`QueueRows` holds those of the queue itself (:mod:`memory_sql.queue.pending`: enqueue,
+claim, lease, complete, retry); the functions below it read and change rows by hand (listed,
+counted, retried, dropped: the ``queue`` capability of a SQL storage; what the keys mean and
+what those operations promise is :mod:`memory_sql.queue.manage`'s).
 
 A selection of rows is given as *key patterns*: ``(tenant, user, agent, thread, kind)`` tuples
 whose ``None`` parts match any value (``agent`` ``""`` is the unnamed agents').
@@ -8,6 +11,7 @@ whose ``None`` parts match any value (``agent`` ``""`` is the unnamed agents').
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
@@ -17,7 +21,9 @@ from sqlalchemy.engine import Engine
 
 from ..database import database_errors
 from ..schema import memory_pending_updates as pending
-from .dialects import dialect_of
+from ..schema import memory_watermarks as marks
+from . import watermarks
+from .dialects import SQLDialect, dialect_of
 
 KeyPattern = tuple[str, str, str | None, str | None, str | None]
 """(tenant, user, agent, thread, kind); None matches any value."""
@@ -177,3 +183,305 @@ def rows_of_threads(engine: Engine, keys: Sequence[tuple[str, str, str, str]]) -
                 )
             )
     return found
+
+
+# A worker's run ----------------------------------------------------------------------------
+# The statements of a claim and a completion (memory_sql.queue.pending), built once; their
+# parameters are named key_<column> (the row's key), owner, until, generation, and for the
+# watermark message_key, position, updated_at (the key parameters are the watermark's too).
+
+KEY_COLUMNS = ("tenant_id", "user_id", "agent_name", "thread_id", "kind")
+MEMORY = (pending.c.tenant_id, pending.c.user_id, pending.c.agent_name)
+KEY = (*MEMORY, pending.c.thread_id)
+_sibling = pending.alias("sibling")
+_IS_BOUND_KEY = sa.and_(*(pending.c[name] == sa.bindparam(f"key_{name}") for name in KEY_COLUMNS))
+
+
+def lease(keys: Sequence[tuple[str, ...]], now: datetime, *, check_memories: bool) -> Any:
+    """Lease the rows of ``keys`` (tenant, user, agent, thread, kind) to ``owner`` until
+    ``until`` (parameters), counting the attempt; returns the keys leased. ``check_memories``:
+    skip a row whose memory has another row under a live lease (a concurrent claim's,
+    committed before this statement began)."""
+    statement = (
+        sa.update(pending)
+        .where(sa.tuple_(*KEY, pending.c.kind).in_(keys))
+        .values(
+            lease_owner=sa.bindparam("owner"),
+            lease_until=sa.bindparam("until"),
+            attempts=pending.c.attempts + 1,
+        )
+        .returning(*KEY, pending.c.kind)
+    )
+    if check_memories:
+        statement = statement.where(~memory_leased(now))
+    return statement
+
+
+DELETE_RUN = sa.delete(pending).where(
+    _IS_BOUND_KEY,
+    pending.c.generation == sa.bindparam("generation"),
+    pending.c.lease_owner == sa.bindparam("owner"),
+)
+"""Delete a completed row: still of the run's ``generation`` and leased to ``owner``."""
+
+
+@functools.cache
+def delete_run_moving_mark(dialect: SQLDialect) -> Any:
+    """:data:`DELETE_RUN` with the thread's watermark upsert in a CTE: both in one round trip
+    (databases that write in CTEs, :attr:`SQLDialect.writes_in_ctes`). The CTE always runs,
+    whether or not the row is deleted, as the watermark moved before the delete did."""
+    moved = watermarks.upsert(dialect).returning(marks.c.position).cte("moved")
+    return DELETE_RUN.add_cte(moved)
+
+
+def unleased(now: datetime) -> sa.ColumnElement[bool]:
+    return sa.or_(pending.c.lease_until.is_(None), pending.c.lease_until < now)
+
+
+def memory_leased(now: datetime) -> sa.ColumnElement[bool]:
+    """Some row of the same memory (tenant, user, agent) is under an unexpired lease.
+
+    Asked as membership in the few memories being updated (found through the lease index),
+    not as a correlated EXISTS: that would read every sibling of every due row, quadratic in
+    the rows of one busy user."""
+    running = sa.select(_sibling.c.tenant_id, _sibling.c.user_id, _sibling.c.agent_name).where(
+        _sibling.c.lease_until >= now
+    )
+    return sa.tuple_(*MEMORY).in_(running)
+
+
+def claimable(
+    dialect: SQLDialect,
+    limit: int,
+    now: datetime,
+    skipped: list[tuple[str, str, str]],
+    *,
+    with_marks: bool,
+) -> sa.Select[Any]:
+    """Due, unleased rows of memories with no live lease, but the ``skipped`` ones, in due
+    order (read along the ``(status, due_at)`` index, which stops at ``limit``), locked and
+    skipping rows another claim locked. ``with_marks``: each with its thread's watermark
+    (``mark_key``, ``mark_position``, NULL when it has none) read by a LEFT JOIN, so the run
+    needs no statement of its own to read it."""
+    query = (
+        sa.select(*KEY, pending.c.kind, pending.c.messages, pending.c.correction)
+        .add_columns(pending.c.reinforcement, pending.c.generation, pending.c.attempts)
+        .add_columns(pending.c.reply)
+        .where(
+            pending.c.status == "pending",
+            pending.c.due_at <= now,
+            unleased(now),
+            ~memory_leased(now),
+        )
+        .order_by(pending.c.due_at)
+        .limit(limit)
+    )
+    if with_marks:
+        joined = pending.outerjoin(
+            marks,
+            sa.and_(*(marks.c[name] == pending.c[name] for name in KEY_COLUMNS[:4])),
+        )
+        query = query.select_from(joined).add_columns(
+            marks.c.message_key.label("mark_key"), marks.c.position.label("mark_position")
+        )
+    if skipped:
+        query = query.where(sa.tuple_(*MEMORY).not_in(skipped))
+    return dialect.lock_rows(query, of=pending, skip_locked=True)
+
+
+def next_due(now: datetime, owner: str) -> sa.Select[Any]:
+    """One row of two times: the earliest due time of a pending row that can be claimed (no
+    live lease on it nor on its memory), and the earliest end of a live lease of another owner
+    than ``owner`` (its runs renew their leases). One statement, one round trip."""
+    # A row of a memory with a row leased waits for that run: for ours, its end wakes the
+    # worker; for another process's, the end of that lease does.
+    due = sa.select(sa.func.min(pending.c.due_at)).where(
+        pending.c.status == "pending", unleased(now), ~memory_leased(now)
+    )
+    lease_end = sa.select(sa.func.min(pending.c.lease_until)).where(
+        pending.c.status == "pending",
+        pending.c.lease_until >= now,
+        pending.c.lease_owner != owner,
+    )
+    return sa.select(due.scalar_subquery(), lease_end.scalar_subquery())
+
+
+_SELECT_FOR_ADD = sa.select(
+    pending.c.first_enqueued_at,
+    pending.c.correction,
+    pending.c.reinforcement,
+    pending.c.status,
+    pending.c.messages,
+    pending.c.lease_until,
+)
+
+
+def _is_key(key: dict[str, str]) -> sa.ColumnElement[bool]:
+    return sa.and_(*(pending.c[name] == value for name, value in key.items()))
+
+
+class QueueRows:
+    """Every statement :class:`~memory_sql.queue.UpdateQueue` runs on its rows, for one
+    database kind. A *key* is the row's ``{tenant_id, user_id, agent_name, thread_id, kind}``;
+    what each change means is the queue's (:mod:`memory_sql.queue.pending`)."""
+
+    def __init__(self, dialect: SQLDialect) -> None:
+        self.dialect = dialect
+
+    # enqueue
+
+    def insert_new(self) -> Any:
+        """Insert rows whose key is free (many parameter sets: SQLAlchemy's insertmanyvalues
+        sends multi-row INSERTs), returning the keys inserted."""
+        return self.dialect.insert_ignore(pending).returning(*KEY, pending.c.kind)
+
+    def insert_one(self, values: dict[str, Any]) -> Any:
+        """Insert one row unless its key is taken, returning its generation if inserted."""
+        return self.dialect.insert_ignore(pending).values(**values).returning(pending.c.generation)
+
+    def select_for_add(self, key: dict[str, str]) -> sa.Select[Any]:
+        """The waiting row of ``key`` an add merges into, locked."""
+        return self.dialect.lock_rows(_SELECT_FOR_ADD.where(_is_key(key)))
+
+    @staticmethod
+    def merge(key: dict[str, str], values: dict[str, Any]) -> Any:
+        """The row of ``key`` replaced by a newer conversation (``values``): its generation
+        moves on, it is pending again, a failed row's attempts start over."""
+        return (
+            sa.update(pending)
+            .where(_is_key(key))
+            .values(
+                **values,
+                generation=pending.c.generation + 1,
+                status="pending",
+                attempts=sa.case((pending.c.status == "failed", 0), else_=pending.c.attempts),
+                last_error=None,
+                reply=None,
+            )
+        )
+
+    # work
+
+    def claimable(
+        self, limit: int, now: datetime, skipped: list[tuple[str, str, str]], *, with_marks: bool
+    ) -> sa.Select[Any]:
+        """:func:`claimable` of this database."""
+        return claimable(self.dialect, limit, now, skipped, with_marks=with_marks)
+
+    @staticmethod
+    def advisory_locks(lock_class: int, lock_ids: Sequence[int]) -> sa.Select[Any]:
+        """Try PostgreSQL's transaction-scoped advisory lock ``(lock_class, id)`` of each id:
+        one row, a boolean per id."""
+        return sa.select(
+            *(sa.func.pg_try_advisory_xact_lock(lock_class, lock_id) for lock_id in lock_ids)
+        )
+
+    def lease(self, keys: Sequence[tuple[str, ...]], now: datetime) -> Any:
+        """:func:`lease`, checking the memories where rows lock."""
+        return lease(keys, now, check_memories=self.dialect.locks_rows())
+
+    @staticmethod
+    def mark_failed(key: dict[str, str], problem: str) -> Any:
+        """The row of ``key`` given up: ``failed`` with ``problem``, its lease ended."""
+        return (
+            sa.update(pending)
+            .where(_is_key(key))
+            .values(status="failed", last_error=problem, lease_owner=None, lease_until=None)
+        )
+
+    @staticmethod
+    def renew(key: dict[str, str], owner: str, until: datetime) -> Any:
+        """The lease of ``key``'s row extended to ``until``, if still ``owner``'s."""
+        return (
+            sa.update(pending)
+            .where(_is_key(key), pending.c.lease_owner == owner)
+            .values(lease_until=until)
+        )
+
+    def complete(self, *, with_mark: bool) -> Any:
+        """:data:`DELETE_RUN`, moving the watermark in the same statement (``with_mark``, a
+        database that writes in CTEs)."""
+        return delete_run_moving_mark(self.dialect) if with_mark else DELETE_RUN
+
+    @staticmethod
+    def release_for_newer(key: dict[str, str], owner: str) -> Any:
+        """A run completed while a newer conversation waits: the row stays, released, its
+        maximum wait counted from that conversation."""
+        return (
+            sa.update(pending)
+            .where(_is_key(key), pending.c.lease_owner == owner)
+            .values(
+                lease_owner=None,
+                lease_until=None,
+                attempts=0,
+                last_error=None,
+                first_enqueued_at=pending.c.last_enqueued_at,
+            )
+        )
+
+    @staticmethod
+    def postpone(
+        key: dict[str, str], owner: str, due: datetime, note: str, generation: int, reply: Any
+    ) -> Any:
+        """The row given back to run at ``due``, its attempt not counted, keeping ``reply``
+        unless a newer conversation (another ``generation``) arrived."""
+        return (
+            sa.update(pending)
+            .where(_is_key(key), pending.c.lease_owner == owner)
+            .values(
+                lease_owner=None,
+                lease_until=None,
+                attempts=pending.c.attempts - 1,
+                due_at=due,
+                last_error=note,
+                reply=sa.case((pending.c.generation == generation, reply), else_=None),
+            )
+        )
+
+    def select_for_fail(self, key: dict[str, str], owner: str) -> sa.Select[Any]:
+        """The generation, attempts and messages of ``key``'s row if ``owner`` leases it,
+        locked."""
+        query = sa.select(pending.c.generation, pending.c.attempts, pending.c.messages)
+        return self.dialect.lock_rows(query.where(_is_key(key), pending.c.lease_owner == owner))
+
+    @staticmethod
+    def update(key: dict[str, str], values: dict[str, Any]) -> Any:
+        """The row of ``key`` set to ``values``."""
+        return sa.update(pending).where(_is_key(key)).values(**values)
+
+    @staticmethod
+    def give_back(key: dict[str, str], owner: str) -> Any:
+        """The row of ``key`` released unrun by ``owner``, its attempt not counted."""
+        return (
+            sa.update(pending)
+            .where(_is_key(key), pending.c.lease_owner == owner)
+            .values(lease_owner=None, lease_until=None, attempts=pending.c.attempts - 1)
+        )
+
+    # scheduling and reporting
+
+    @staticmethod
+    def next_due(now: datetime, owner: str) -> sa.Select[Any]:
+        """:func:`next_due`."""
+        return next_due(now, owner)
+
+    @staticmethod
+    def make_all_due(now: datetime) -> Any:
+        """Every pending row not yet due made due ``now``."""
+        return (
+            sa.update(pending)
+            .where(pending.c.status == "pending", pending.c.due_at > now)
+            .values(due_at=now)
+        )
+
+    @staticmethod
+    def counts(now: datetime) -> sa.Select[int, int, int, int]:
+        """:func:`count_statement`."""
+        return count_statement(now)
+
+    @staticmethod
+    def oldest_pending() -> sa.Select[Any]:
+        """When the oldest pending row was first queued."""
+        return sa.select(sa.func.min(pending.c.first_enqueued_at)).where(
+            pending.c.status == "pending"
+        )

@@ -61,7 +61,7 @@ def load(engine: Engine, scope: Scope, thread_id: str) -> Mark | None:
 def move_on(conn: Connection, scope: Scope, thread_id: str, mark: Mark) -> None:
     """Store ``mark`` as the thread's watermark, on ``conn`` (in the caller's transaction)."""
     values = {"message_key": mark.message_key, "position": mark.position, "updated_at": utcnow()}
-    conn.execute(_upsert(dialect_of(conn)), {**_key(scope, thread_id), **values})
+    conn.execute(upsert(dialect_of(conn)), {**_key(scope, thread_id), **values})
 
 
 def move(engine: Engine, scope: Scope, thread_id: str, mark: Mark) -> None:
@@ -80,7 +80,7 @@ def _key(scope: Scope, thread_id: str) -> dict[str, Any]:
 
 
 @functools.cache
-def _upsert(dialect: SQLDialect) -> Any:
+def upsert(dialect: SQLDialect) -> Any:
     """The thread's row inserted, or its mark moved when it has one: one statement."""
     return dialect.upsert(
         memory_watermarks,

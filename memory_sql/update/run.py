@@ -167,10 +167,10 @@ class UpdateRun:
 
         def complete_with_the_save(connection: Any) -> None:
             nonlocal completed, moved
-            if mark is not None:
-                watermark.move_on(connection, item.scope, item.thread_id, mark)
-                moved = True
-            self.queue.complete_on(connection, item)
+            # The watermark moves with the completion (one statement where the database
+            # writes in CTEs).
+            self.queue.complete_on(connection, item, mark)
+            moved = mark is not None
             completed = True
 
         for number, part in enumerate(parts, 1):
@@ -255,7 +255,10 @@ class UpdateRun:
                         "memory-sql db upgrade); every update sends the whole conversation"
                     )
                     return None
-            previous = watermark.load(self.queue.engine, item.scope, item.thread_id)
+            if item.mark_read:  # the claim read it
+                previous = item.mark
+            else:
+                previous = watermark.load(self.queue.engine, item.scope, item.thread_id)
         except Exception as exc:
             logger.warning(
                 "memory %s, thread %s: cannot read the watermark (%s); sending it all",

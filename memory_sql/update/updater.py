@@ -65,6 +65,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
+from types import MappingProxyType
 from typing import Any
 
 from ..config import MemoryConfig
@@ -77,7 +78,7 @@ from ..errors import (
 )
 from ..intake.filter import filter_messages_for_memory
 from ..intake.messages import Message
-from ..intake.redact import redactor_of
+from ..intake.redact import Redactor, redactor_of
 from ..intake.uploads import mentions_upload, strip_upload_mentions
 from ..models import Fact, MemoryDocument, Section, fact_key, utcnow
 from ..pattern_files import load_patterns
@@ -419,6 +420,25 @@ def one_off(text: str) -> bool:
 _key = lru_cache(maxsize=16_384)(fact_key)
 
 
+def _redacted(redact: Redactor, text: str, role: str) -> str:
+    """``text`` redacted; the system message (the update prompt's fixed instructions, the same
+    text every call) once per redactor: scanning it was a quarter of a worker's time."""
+    return _redacted_once(redact, text) if role == "system" else redact(text)
+
+
+@lru_cache(maxsize=16)
+def _redacted_once(redact: Redactor, text: str) -> str:
+    return redact(text)
+
+
+@lru_cache(maxsize=1)
+def _reply_schema() -> Mapping[str, Any]:
+    """The reply's JSON Schema (:func:`update_json_schema`), built once and only read (the
+    client copies what it sends): decoding a fresh copy for every call was a seventh of a
+    worker's time."""
+    return MappingProxyType(update_json_schema())
+
+
 def _update_sections(doc: MemoryDocument, proposed: dict[str, str], now: datetime) -> list[str]:
     updated = []
     for name, summary in proposed.items():
@@ -710,13 +730,16 @@ class _Run:
         self.call_rejected = {}
         started = time.monotonic()
         try:
-            options: dict[str, Any] = {"schema": update_json_schema()}
+            options: dict[str, Any] = {"schema": _reply_schema()}
             if temperature is not None:  # else the client's own
                 options["temperature"] = temperature
             # What reaches the LLM is redacted once more: memory written before redaction, a
             # queue row of an older version, or a conversation given as Message objects.
             redact = redactor_of(self.config)
-            messages = [{**message, "content": redact(message["content"])} for message in messages]
+            messages = [
+                {**message, "content": _redacted(redact, message["content"], message["role"])}
+                for message in messages
+            ]
             completion = self.llm.complete(messages, **options)
         except LLMError as exc:
             self.usage = _Usage(self.llm.model or "", 0, 0, False, _ms_since(started))
