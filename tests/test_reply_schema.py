@@ -1,6 +1,7 @@
 """The JSON Schema sent as ``response_format`` and the parser agree: every reply valid under the
 schema is accepted (property-based, with instances generated from the schema itself), losing no
-part except one whose text is a placeholder; and the schema checked is the one sent."""
+part except one whose text is a placeholder or worded as an instruction; and the schema checked
+is the one sent."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from llm_server import ScriptedLLM, llm_config, update_reply
 from schema_strategy import from_schema
 
 from memory_sql.errors import InvalidUpdateError
+from memory_sql.intake.instructions import instruction_in
 from memory_sql.update.llm import LLMClient
 from memory_sql.update.parser import (
     CONFIDENCE_TOLERANCE,
@@ -27,26 +29,26 @@ SCHEMA = update_json_schema()
 
 
 def _expected_drops(instance: dict) -> tuple[list[str], int]:
-    """The reasons the parser may drop parts of ``instance`` for (only placeholder text), and
-    how many parts it has in all."""
+    """The reasons the parser may drop parts of ``instance`` for (placeholder text, or text
+    worded as an instruction to the assistant), and how many parts it has in all."""
     reasons: list[str] = []
     parts = 0
     for group in ("user", "history"):
         for section in instance[group].values():
             parts += 1
             summary = section["summary"].replace("\x00", "")
-            if summary.strip() and placeholder(summary):
-                reasons.append("placeholder")
+            if summary.strip() and (reason := _refused(summary)):
+                reasons.append(reason)
     for fact in instance["newFacts"]:
         parts += 1
         content = fact["content"].replace("\x00", "")
-        if placeholder(content):
-            reasons.append("empty" if not content.strip() else "placeholder")
+        if reason := _refused(content):
+            reasons.append(reason)
         else:  # a kept fact's replaced ids, each read on its own
             reasons += [reason for fact_id in fact["replaces"] if (reason := _drop(fact_id))]
     # A removal is applied only with what replaces it: a refused new fact holds back every
     # removal of the reply that is otherwise kept.
-    fact_refused = any(placeholder(f["content"].replace("\x00", "")) for f in instance["newFacts"])
+    fact_refused = any(_refused(f["content"].replace("\x00", "")) for f in instance["newFacts"])
     for key in ("factsToRemove", "factsToReinforce"):
         for fact_id in instance[key]:
             parts += 1
@@ -61,11 +63,18 @@ def _expected_drops(instance: dict) -> tuple[list[str], int]:
                 reasons.append(_drop(item["id"]))
     for group in instance["factsToConsolidate"]:
         parts += 1
-        texts = [*group["sourceIds"], group["consolidated"]["content"]]
-        first = next((reason for text in texts if (reason := _drop(text))), None)
+        first = next((reason for text in group["sourceIds"] if (reason := _drop(text))), None)
+        first = first or _refused(group["consolidated"]["content"].replace("\x00", ""))
         if first:
             reasons.append(first)
     return sorted(reasons), parts
+
+
+def _refused(text: str) -> str | None:
+    """Why the parser refuses the stored text ``text`` (None: it keeps it)."""
+    if placeholder(text):
+        return "empty" if not text.strip() else "placeholder"
+    return "instruction" if instruction_in(text.strip()) else None
 
 
 def _drop(text: str) -> str | None:
@@ -93,11 +102,9 @@ def test_every_instance_valid_under_the_schema_is_accepted(instance):
         return
     assert sorted(item.reason for item in update.dropped) == reasons
     contents = [fact["content"].replace("\x00", "") for fact in instance["newFacts"]]
-    kept = [
-        f for f, text in zip(instance["newFacts"], contents, strict=True) if not placeholder(text)
-    ]
+    kept = [f for f, text in zip(instance["newFacts"], contents, strict=True) if not _refused(text)]
     assert [fact.content for fact in update.new_facts] == [
-        text.strip() for text in contents if not placeholder(text)
+        text.strip() for text in contents if not _refused(text)
     ]
     for fact, given_fact in zip(update.new_facts, kept, strict=True):
         assert fact.confidence == given_fact["confidence"]
