@@ -165,7 +165,7 @@ def note_server(url: str, server: str) -> None:
     if before is not None and before != server:
         logger.warning("database %s: now connected to %s (was %s)", url, server, before)
     elif before is None:
-        logger.info("database %s: connected to %s", url, server)
+        logger.debug("database %s: connected to %s", url, server)
 
 
 def reconnecting(call: Callable[P, T]) -> Callable[P, T]:

@@ -51,8 +51,12 @@ FACTS = [
 ]
 
 
-@pytest.fixture(params=["sqlite", pytest.param("pg", id="postgresql", marks=pytest.mark.postgres)])
+@pytest.fixture(
+    params=["sqlite", pytest.param("own_pg", id="postgresql", marks=pytest.mark.postgres)]
+)
 def db_url(request: pytest.FixtureRequest) -> str:
+    """A database of the test's own: its flush must meet no other test's queue rows (another
+    test's failed run waiting for its retry makes a flush answer False)."""
     return request.getfixturevalue(f"{request.param}_url")
 
 
