@@ -441,7 +441,8 @@ def machine() -> str:
     )
 
 
-def print_report(cells: dict[tuple[str, int, str], Cell], sides: list[Side]) -> None:
+def print_cells(cells: dict[tuple[str, int, str], Cell], sides: list[Side]) -> None:
+    """Every cell's rate and latency, operation by operation, side by side."""
     head = f"{'operation':30} {'clients':>7} {'side':18} {'requests/s':>11} {'p50':>11} {'p99':>11}"
     print("\n" + head)
     print("-" * len(head))
@@ -453,6 +454,10 @@ def print_report(cells: dict[tuple[str, int, str], Cell], sides: list[Side]) -> 
                     f"{operation:30} {clients:>7} {side.name:18} {c.rate:>11,.0f}"
                     f" {fmt(c.p50):>11} {fmt(c.p99):>11}"
                 )
+
+
+def print_report(cells: dict[tuple[str, int, str], Cell], sides: list[Side]) -> None:
+    print_cells(cells, sides)
     print("\nratios: p50 latency (and requests/s) of one side over the other")
     head = f"{'operation':30} {'clients':>7} {'HTTP / Python':>22} {'RLS on / off, HTTP':>22}"
     head += f" {'RLS on / off, Python':>22}"
@@ -487,17 +492,7 @@ def print_report(cells: dict[tuple[str, int, str], Cell], sides: list[Side]) -> 
 
 
 def print_pgbouncer_report(cells: dict[tuple[str, int, str], Cell], sides: list[Side]) -> None:
-    head = f"{'operation':30} {'clients':>7} {'side':18} {'requests/s':>11} {'p50':>11} {'p99':>11}"
-    print("\n" + head)
-    print("-" * len(head))
-    for operation in (POST, CONTEXT):
-        for clients in CONCURRENCY:
-            for side in sides:
-                c = cells[(operation, clients, side.name)]
-                print(
-                    f"{operation:30} {clients:>7} {side.name:18} {c.rate:>11,.0f}"
-                    f" {fmt(c.p50):>11} {fmt(c.p99):>11}"
-                )
+    print_cells(cells, sides)
     print("\nratios: PgBouncer / direct, p50 latency (and requests/s)")
     head = f"{'operation':30} {'clients':>7} {'HTTP':>16} {'Python':>16}"
     print(head)

@@ -16,14 +16,12 @@ SCOPE = Scope.of(user_id="u1", tenant_id="acme")
 INDEX = "ix_memory_facts_tenant_updated_at"
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def engine(request: pytest.FixtureRequest, tmp_path):
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'index.db'}"
-    else:
-        url = request.getfixturevalue("new_pg_database")()
-    engine = create_engine(url)
-    migrations.upgrade(engine)
+@pytest.fixture(
+    params=["sqlite", pytest.param("own_pg", id="postgresql", marks=pytest.mark.postgres)]
+)
+def engine(request: pytest.FixtureRequest):
+    """A database of the test's own at the schema head (it downgrades and upgrades it)."""
+    engine = create_engine(request.getfixturevalue(f"{request.param}_url"))
     yield engine
     engine.dispose()
 
