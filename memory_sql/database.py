@@ -63,7 +63,7 @@ def resolve_url(url: str | URL | None = None) -> URL:
 
 
 _MULTI_HOST = re.compile(
-    r"(?P<head>[A-Za-z0-9+]+://(?:[^@/?#]*@)?)(?P<hosts>[^/?#]*,[^/?#]*)(?P<tail>.*)"
+    r"(?P<head>[A-Za-z0-9+]+://(?:[^@/?#]*@)?)(?P<hosts>[^@/?#]*,[^@/?#]*)(?P<tail>[/?#].*|)\Z"
 )
 
 

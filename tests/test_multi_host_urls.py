@@ -36,6 +36,12 @@ def test_hosts_without_ports_or_a_path_and_a_single_host_are_read_too(written: s
     assert url.host == (None if "," in written else "h")
 
 
+def test_a_comma_in_a_single_hosts_password_is_not_read_as_hosts() -> None:
+    url = resolve_url("postgresql+psycopg://app:a,b@db.internal:5433/memory")
+    assert (url.username, url.password, url.host, url.port) == ("app", "a,b", "db.internal", 5433)
+    assert "host" not in url.query
+
+
 def test_no_password_of_a_multi_host_url_is_shown() -> None:
     assert "hunter2" not in redacted(MULTI)
     assert "hunter2" not in redacted(resolve_url(MULTI))

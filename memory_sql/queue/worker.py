@@ -241,8 +241,8 @@ class UpdateWorker:
             quick = self._run_seconds is not None and self._run_seconds < QUICK_RUN_SECONDS
             wanted = free + self.workers if quick else free
             self._in_flight += wanted  # reserved: stop() waits for this claim to end
-        try:
             self.claims += 1
+        try:
             items = self.queue.claim(wanted)
         except BaseException:
             with self._lock:

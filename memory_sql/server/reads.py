@@ -67,7 +67,12 @@ class Reads:
         settings = config.replicas
         if settings.url is None:
             return cls(primary, metrics)
-        engine = create_engine(settings.url, tenant_default=NO_TENANT, pool_size=pool_size)
+        engine = create_engine(
+            settings.url,
+            tenant_default=NO_TENANT,
+            pool_size=pool_size,
+            prepare_threshold=config.database.prepare_threshold,
+        )
         storage = ReplicaStorage(engine, primary.storage)
         service_recall = primary.recall
         recall = Recall(
@@ -77,6 +82,7 @@ class Reads:
             embedder=service_recall.embedder,
             vectors=service_recall.vectors,
         )
+        recall.terms = service_recall.terms  # one in-process index of each memory, by version
         chooser = ReadReplica(
             primary.engine,
             engine,

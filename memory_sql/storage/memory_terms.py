@@ -113,13 +113,6 @@ class MemoryTerms:
         order = np.lexsort((index.id_rank[matched], -scores))[:limit]
         return [(index.ids[matched[i]], float(scores[i])) for i in order]
 
-    def forget(self, scope: Scope) -> None:
-        """Drop the index of ``scope`` (it is rebuilt when next asked)."""
-        with self._lock:
-            index = self._indexes.pop(scope, None)
-            if index is not None:
-                self._held -= len(index.ids)
-
     def _index(self, doc: MemoryDocument, scope: Scope) -> _Index:
         with self._lock:
             index = self._indexes.get(scope)
@@ -132,7 +125,8 @@ class MemoryTerms:
                 self._indexes.move_to_end(scope)
                 return index
         index = _build(doc)
-        self.builds += 1
+        with self._lock:
+            self.builds += 1
         if doc.version is None or len(index.ids) > self.max_facts:
             return index  # not kept: no version to check it by, or too large
         with self._lock:

@@ -98,7 +98,11 @@ class ReadReplica:
         self._failed_reported = False
         dialect = dialect_of(replica)
         self._position_sql = dialect.replay_position_sql
-        self._lag_sql = dialect.replica_lag_sql
+        self._lag_sql = (
+            None
+            if dialect.replica_lag_sql is None
+            else sa.text(dialect.driver_sql(dialect.replica_lag_sql))
+        )
 
     def __repr__(self) -> str:
         return f"ReadReplica({redacted(self.replica.url)!r}, lag={self._lag})"
@@ -130,6 +134,8 @@ class ReadReplica:
 
     def failed(self, exc: BaseException) -> Choice:
         """A replica read failed: the primary serves until the lag is measured again."""
+        # Not under the measuring lock: a read must not wait on a measurement of a replica
+        # that may hang. One running now may overwrite this; the next failed read says it again.
         self._lag = None
         self._checked = self._clock()
         self._report_failure(exc)
@@ -168,12 +174,11 @@ class ReadReplica:
         try:
             with acting_for(ALL_TENANTS), self.primary.connect() as conn:
                 position = conn.exec_driver_sql(self._position_sql).scalar()
-        except Exception:  # no primary: measure against what the replica received
+        except Exception as exc:  # no primary: measure against what the replica received
+            logger.debug("primary's write position unread (%s): the replica's own is used", exc)
             position = None
         with acting_for(ALL_TENANTS), self.replica.connect() as conn:
-            lag = conn.execute(
-                sa.text(dialect_of(self.replica).driver_sql(self._lag_sql)), {"primary": position}
-            ).scalar()
+            lag = conn.execute(self._lag_sql, {"primary": position}).scalar()
         value = float(lag if lag is not None else math.inf)
         return max(0.0, value)
 

@@ -16,6 +16,7 @@ from typing import Any
 from fastapi import APIRouter, Response
 
 from ... import migrations
+from ...driver_errors import is_unavailable
 from ...errors import StorageError
 from ..errors import ApiError, warning_header
 from ..metrics import CONTENT_TYPE
@@ -49,6 +50,8 @@ def readyz(state: State, response: Response) -> dict[str, Any]:
     try:
         current = migrations.current_revision(state.engine)
     except StorageError as exc:
+        if not is_unavailable(exc):
+            raise  # the database answers, and refuses: not an outage to spool through
         return _spooling(state, response, exc)
     if current != head:
         raise ApiError(
