@@ -195,7 +195,6 @@ memory_facts = Table(
     CheckConstraint("confidence >= 0 AND confidence <= 1", name="confidence_range"),
     CheckConstraint("expected_valid_days > 0", name="expected_valid_days_positive"),
     Index("ix_memory_facts_tenant_category", "tenant_id", "category"),
-    Index("ix_memory_facts_tenant_created_at", "tenant_id", "created_at"),
     comment="Durable facts about a user; duplicates (casefold) are impossible per scope.",
 )
 
@@ -239,17 +238,6 @@ FACT_COLUMNS = (
 )
 """The columns a live :class:`~memory_sql.Fact` is read from (a closed one adds ``valid_to``
 and ``superseded_by``)."""
-
-# Serves injection (highest confidence first) and eviction (lowest first) for one scope.
-Index(
-    "ix_memory_facts_scope_confidence",
-    memory_facts.c.tenant_id,
-    memory_facts.c.user_id,
-    memory_facts.c.agent_name,
-    memory_facts.c.confidence.desc(),
-    sqlite_where=LIVE,
-    postgresql_where=LIVE,
-)
 
 memory_pending_updates = Table(
     "memory_pending_updates",
@@ -302,7 +290,6 @@ memory_fact_events = Table(
     Column("content_after", Text, nullable=True, comment="the text after (added, updated)"),
     Column("superseded_by", String(64), nullable=True, comment="removed: what took its place"),
     CheckConstraint("event IN ('added', 'updated', 'removed')", name="event"),
-    Index("ix_memory_fact_events_tenant_occurred_at", "tenant_id", "occurred_at"),
     comment="Append-only log of fact changes, written by each save, for reporting over time.",
 )
 

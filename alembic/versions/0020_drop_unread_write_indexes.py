@@ -1,0 +1,53 @@
+"""Drop three indexes no statement needs (issue #32): every add paid an entry in each.
+
+- ``ix_memory_facts_tenant_created_at``: no statement reads facts by their creation time
+  across a memory or a tenant (loads go by the scope, searches order by confidence, the
+  purge reads ``ix_memory_facts_tenant_valid_to``).
+- ``ix_memory_facts_scope_confidence`` (live facts of one memory by confidence): the live
+  partial unique index ``uq_memory_facts_live_content_key`` finds the same rows by the same
+  scope prefix, for a load and for a search of one memory, and a memory's live facts are few
+  (``eviction.max_facts``, at most 10 000) to order; injection and eviction order them in
+  Python.
+- ``ix_memory_fact_events_tenant_occurred_at``: the activity report filters on the UTC day
+  of ``occurred_at``, an expression the index does not hold, so it served only the tenant
+  prefix, which the events' primary key (``tenant_id`` first) serves as well.
+
+docs/write-path.md has the plans before and after and the add's cost. The downgrade builds
+them again.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0020"
+down_revision = "0019"
+branch_labels = None
+depends_on = None
+
+_LIVE = sa.text("valid_to IS NULL")
+
+
+def upgrade() -> None:
+    op.drop_index("ix_memory_facts_tenant_created_at", table_name="memory_facts")
+    op.drop_index("ix_memory_facts_scope_confidence", table_name="memory_facts")
+    op.drop_index("ix_memory_fact_events_tenant_occurred_at", table_name="memory_fact_events")
+
+
+def downgrade() -> None:
+    op.create_index(
+        "ix_memory_fact_events_tenant_occurred_at",
+        "memory_fact_events",
+        ["tenant_id", "occurred_at"],
+    )
+    op.create_index(
+        "ix_memory_facts_scope_confidence",
+        "memory_facts",
+        ["tenant_id", "user_id", "agent_name", sa.text("confidence DESC")],
+        sqlite_where=_LIVE,
+        postgresql_where=_LIVE,
+    )
+    op.create_index(
+        "ix_memory_facts_tenant_created_at", "memory_facts", ["tenant_id", "created_at"]
+    )
