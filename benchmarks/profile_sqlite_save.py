@@ -225,9 +225,15 @@ def main() -> int:
         for statement in statements:
             print(f"   {statement[:150]}{'…' if len(statement) > 150 else ''}")
 
+        before = root / "at-0019.db"  # the schema before revision 0020 dropped three indexes
+        shutil.copy(path, before)
+        engine_before = create_engine(f"sqlite:///{before}")
+        migrations.downgrade(engine_before, "0019")
+        engine_before.dispose()
         bare = without(path, root / "no-fts.db", indexes=False)
         barest = without(path, root / "no-fts-no-indexes.db", indexes=True)
         replay, replay_bare, replay_barest = Replay(path), Replay(bare), Replay(barest)
+        replay_before = Replay(before)
         storage = open_storage(url)
         lg = SqliteStore(
             pragmas(sqlite3.connect(root / "lg.db", isolation_level=None, check_same_thread=False))
@@ -278,6 +284,9 @@ def main() -> int:
             "bare: … and no secondary index": lambda: replay_barest.save(
                 claim=True, fact=True, event=True
             ),
+            "bare: the save's SQL at revision 0019": lambda: replay_before.save(
+                claim=True, fact=True, event=True
+            ),
         }
         undo = {"memory_sql add (load, append, save)": ms_undo}
         times = measure(variants, rounds, after=undo)
@@ -309,10 +318,14 @@ def main() -> int:
         ),
         ("  of which the FTS5 index (triggers)", sql - med["bare: the save's SQL, no FTS5"]),
         (
-            "  of which the 4 secondary indexes of memory_facts and 1 of events",
+            "  of which the secondary indexes of memory_facts and memory_fact_events",
             med["bare: the save's SQL, no FTS5"] - med["bare: … and no secondary index"],
         ),
         ("event row (INSERT memory_fact_events)", sql - med["bare: + fact row (FTS5 triggers)"]),
+        (
+            "the 3 indexes revision 0020 dropped, as they cost at 0019",
+            med["bare: the save's SQL at revision 0019"] - sql,
+        ),
         ("cached load's version read (PK)", med["bare: PK read of the version"]),
         (
             "memory_sql's Python: add - load - the save's SQL",
