@@ -1,7 +1,8 @@
 """Revision 0020 on both databases: three indexes no statement needs are gone (the facts'
 ``(tenant_id, created_at)`` and live ``(scope, confidence)``, the events' ``(tenant_id,
-occurred_at)``) and come back on downgrade; loads, one memory's search by confidence, the
-full-text search and the activity report give the same answers on either side of it."""
+occurred_at)``) and come back on downgrade, as PostgreSQL's fill factor of the facts goes
+back to the default; loads, one memory's search by confidence, the full-text search and the
+activity report give the same answers on either side of it."""
 
 from __future__ import annotations
 
@@ -49,6 +50,15 @@ def _definitions(engine: sa.Engine) -> dict[str, str]:
         return {name: sql for name, sql in conn.exec_driver_sql(query).all()}
 
 
+def _fill_factor(engine: sa.Engine) -> list[str] | None:
+    """``memory_facts``' storage parameters on PostgreSQL (None: SQLite has none)."""
+    if engine.dialect.name != "postgresql":
+        return None
+    with engine.connect() as conn:
+        query = "SELECT reloptions FROM pg_class WHERE relname = 'memory_facts'"
+        return conn.exec_driver_sql(query).scalar() or []
+
+
 def _answers(engine: sa.Engine) -> tuple[list[str], list[str], list[str], int]:
     """The memory's facts as loaded, one memory's search by confidence, a full-text search,
     and today's additions in the tenant's activity report."""
@@ -75,6 +85,8 @@ def test_the_indexes_are_dropped_up_and_built_again_down(engine):
     assert not FACTS.keys() & _indexes(engine, "memory_facts").keys()
     assert not EVENTS.keys() & _indexes(engine, "memory_fact_events").keys()
     assert "uq_memory_facts_live_content_key" in _indexes(engine, "memory_facts")  # kept
+    postgresql = engine.dialect.name == "postgresql"
+    assert _fill_factor(engine) == (["fillfactor=90"] if postgresql else None)
     _add(engine, "Drinks green tea", 0.6)
     _add(engine, "Runs on Sundays", 0.9)
     at_head = _answers(engine)
@@ -88,6 +100,7 @@ def test_the_indexes_are_dropped_up_and_built_again_down(engine):
     migrations.downgrade(engine, "0019")
     assert {name: _indexes(engine, "memory_facts").get(name) for name in FACTS} == FACTS
     assert {name: _indexes(engine, "memory_fact_events").get(name) for name in EVENTS} == EVENTS
+    assert _fill_factor(engine) == ([] if postgresql else None)
     confidence = _definitions(engine)["ix_memory_facts_scope_confidence"]
     assert "confidence DESC" in confidence and "valid_to IS NULL" in confidence
     with engine.begin() as conn:  # the rebuilt index holds the rows, and follows a write
@@ -100,6 +113,7 @@ def test_the_indexes_are_dropped_up_and_built_again_down(engine):
     migrations.upgrade(engine)
     assert not FACTS.keys() & _indexes(engine, "memory_facts").keys()
     assert not EVENTS.keys() & _indexes(engine, "memory_fact_events").keys()
+    assert _fill_factor(engine) == (["fillfactor=90"] if postgresql else None)
     assert migrations.check(engine) is None  # the schema is the models' again
     assert _answers(engine) == at_head
     _add(engine, "Reads at night", 0.2)  # below the halved 0.3

@@ -1,4 +1,5 @@
-"""Drop three indexes no statement needs (issue #32): every add paid an entry in each.
+"""Lighter fact writes (issue #32): three indexes no statement needs are dropped (every add
+paid an entry in each), and on PostgreSQL the facts' pages keep room for HOT updates.
 
 - ``ix_memory_facts_tenant_created_at``: no statement reads facts by their creation time
   across a memory or a tenant (loads go by the scope, searches order by confidence, the
@@ -12,8 +13,17 @@
   of ``occurred_at``, an expression the index does not hold, so it served only the tenant
   prefix, which the events' primary key (``tenant_id`` first) serves as well.
 
+Without the confidence index, an update that changes a fact's confidence, confirmation or
+source moves no indexed column, so PostgreSQL can write it as a heap-only tuple (HOT: no new
+entry in any index, the GIN one included) when the row's page has room: ``memory_facts`` gets
+``fillfactor = 90`` (new pages are filled to 90 %; rows are wide, so a full page rarely has
+room for another version). Measured in docs/write-path.md: of 3 000 confidence updates, none
+was HOT at revision 0019, 92-94 % with the index gone, 98-99 % with the fill factor too.
+``memory_scopes``, whose row every save updates, stays at 100: its rows are narrow and 99 %
+of its updates are HOT already.
+
 docs/write-path.md has the plans before and after and the add's cost. The downgrade builds
-them again.
+the indexes again and resets the fill factor.
 """
 
 from __future__ import annotations
@@ -30,12 +40,16 @@ _LIVE = sa.text("valid_to IS NULL")
 
 
 def upgrade() -> None:
+    if op.get_bind().dialect.name == "postgresql":
+        op.execute("ALTER TABLE memory_facts SET (fillfactor = 90)")
     op.drop_index("ix_memory_facts_tenant_created_at", table_name="memory_facts")
     op.drop_index("ix_memory_facts_scope_confidence", table_name="memory_facts")
     op.drop_index("ix_memory_fact_events_tenant_occurred_at", table_name="memory_fact_events")
 
 
 def downgrade() -> None:
+    if op.get_bind().dialect.name == "postgresql":
+        op.execute("ALTER TABLE memory_facts RESET (fillfactor)")
     op.create_index(
         "ix_memory_fact_events_tenant_occurred_at",
         "memory_fact_events",
