@@ -2,7 +2,7 @@
 memory_sql's own pragmas (``memory_sql/database.py``: WAL, ``synchronous=NORMAL``,
 ``foreign_keys=ON``, a busy timeout), beside LangGraph's ``SqliteStore.put`` at the same pragmas.
 
-    .venv/bin/python benchmarks/profile_sqlite_save.py [--rounds N]
+    .venv/bin/python benchmarks/profile_sqlite_save.py [--rounds N] [--alternatives]
 
 1. The statements of one add (load, append, save) through ``SQLStorage``, as SQLite runs them
    (``sqlite3``'s trace callback on the engine's connections): how many, which.
@@ -13,12 +13,19 @@ memory_sql's own pragmas (``memory_sql/database.py``: WAL, ``synchronous=NORMAL`
 3. What is left of a whole add beyond those statements: memory_sql's Python (the diff, the
    cache's copies, the parameters).
 
+``--alternatives`` measures instead the bare save on copies of one database changed in one
+way each, at equal durability, against the schema head: FTS5 ``automerge`` 16 or 0 (4 by
+default), a page size of 1 024 or 8 192 (4 096), ``cache_size`` 16 MB, ``mmap_size`` 256 MB,
+``wal_autocheckpoint`` 10 000 pages (1 000), and the events' table ``WITHOUT ROWID``: what each
+would save an add (docs/write-path.md says why none was taken).
+
 Every variant takes turns round by round; medians (and p90). Ratios against ``SqliteStore.put``
 measured in the same run. The bench extra is needed (``pip install -e '.[bench]'``).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import sqlite3
 import sys
@@ -204,8 +211,100 @@ def measure(
     return times
 
 
+AUTOMERGE = "INSERT INTO memory_facts_fts (memory_facts_fts, rank) VALUES ('automerge', {})"
+ALTERNATIVES: dict[str, tuple[list[str], list[str], list[str]]] = {
+    # name: (statements on the file, page size pragmas before a VACUUM, connection pragmas)
+    "schema head": ([], [], []),
+    "FTS5 automerge 16": ([AUTOMERGE.format(16)], [], []),
+    "FTS5 automerge 0": ([AUTOMERGE.format(0)], [], []),
+    "page_size 1024": ([], ["PRAGMA page_size=1024"], []),
+    "page_size 8192": ([], ["PRAGMA page_size=8192"], []),
+    "cache_size 16 MB": ([], [], ["PRAGMA cache_size=-16000"]),
+    "mmap_size 256 MB": ([], [], ["PRAGMA mmap_size=268435456"]),
+    "wal_autocheckpoint 10000": ([], [], ["PRAGMA wal_autocheckpoint=10000"]),
+    "events WITHOUT ROWID": (["WITHOUT ROWID memory_fact_events"], [], []),
+}
+
+
+def altered(path: Path, copy: Path, statements: list[str], page: list[str]) -> Path:
+    """A copy of ``path`` with ``statements`` run on it (``WITHOUT ROWID <table>`` rebuilds
+    that table so, its indexes and the views kept) and, given ``page``, a ``VACUUM`` after
+    those pragmas."""
+    shutil.copy(path, copy)
+    conn = sqlite3.connect(copy, isolation_level=None)
+    if page:
+        conn.execute("PRAGMA journal_mode=DELETE")
+        for statement in page:
+            conn.execute(statement)
+        conn.execute("VACUUM")
+        conn.execute("PRAGMA journal_mode=WAL")
+    for statement in statements:
+        if not statement.startswith("WITHOUT ROWID "):
+            conn.execute(statement)
+            continue
+        table = statement.removeprefix("WITHOUT ROWID ")
+        (sql,) = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", (table,)).fetchone()
+        indexes = [
+            row[0]
+            for row in conn.execute(
+                "SELECT sql FROM sqlite_master WHERE tbl_name = ? AND type = 'index'"
+                " AND sql IS NOT NULL",
+                (table,),
+            )
+        ]
+        views = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'view'").fetchall()
+        conn.execute("PRAGMA legacy_alter_table=ON")
+        conn.execute("BEGIN")
+        for name, _ in views:
+            conn.execute(f'DROP VIEW "{name}"')
+        conn.execute(f'ALTER TABLE "{table}" RENAME TO rebuilt')
+        conn.execute(sql.rstrip() + " WITHOUT ROWID")
+        conn.execute(f'INSERT INTO "{table}" SELECT * FROM rebuilt')
+        conn.execute("DROP TABLE rebuilt")
+        for created in [*indexes, *(view for _, view in views)]:
+            conn.execute(created)
+        conn.execute("COMMIT")
+    conn.close()
+    return copy
+
+
+def alternatives(rounds: int) -> int:
+    """``--alternatives``: the bare save on each altered copy, taking turns."""
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        path = root / "memory.db"
+        migrations.upgrade(f"sqlite:///{path}")
+        with open_storage(f"sqlite:///{path}") as storage:
+            facts = [new_fact(n) for n in range(FACTS)]
+            storage.save(MemoryDocument(facts=facts), user_id=REPLAYED, agent_name=AGENT)
+        replays: dict[str, Replay] = {}
+        for n, (name, (statements, page, pragmas_)) in enumerate(ALTERNATIVES.items()):
+            replays[name] = Replay(altered(path, root / f"{n}.db", statements, page))
+            for pragma in pragmas_:
+                replays[name].conn.execute(pragma)
+        times = measure(
+            {
+                name: lambda r=replay: r.save(claim=True, fact=True, event=True)
+                for name, replay in replays.items()
+            },
+            rounds,
+        )
+    head = percentile(times["schema head"], 50)
+    print(f"the bare save (claim, fact row, event row), median (p90) of {rounds} rounds")
+    for name, t in times.items():
+        median = percentile(t, 50)
+        print(f"   {name:30} {fmt(median)} ({fmt(percentile(t, 90)).strip()})  {median / head:5.2f}x")
+    return 0
+
+
 def main() -> int:
     rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 2000
+    if "--alternatives" in sys.argv:
+        print(f"memory_sql measured: {measured_source()}; SQLite {sqlite3.sqlite_version}")
+        print(f"load average {os.getloadavg()[0]:.2f}")
+        status = alternatives(rounds)
+        print(f"load average at the end {os.getloadavg()[0]:.2f}")
+        return status
     print(f"memory_sql measured: {measured_source()}; SQLite {sqlite3.sqlite_version}")
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
