@@ -17,7 +17,8 @@ memory_sql's own pragmas (``memory_sql/database.py``: WAL, ``synchronous=NORMAL`
 way each, at equal durability, against the schema head: FTS5 ``automerge`` 16 or 0 (4 by
 default), a page size of 1 024 or 8 192 (4 096), ``cache_size`` 16 MB, ``mmap_size`` 256 MB,
 ``wal_autocheckpoint`` 10 000 pages (1 000), and the events' table ``WITHOUT ROWID``: what each
-would save an add (docs/write-path.md says why none was taken).
+would save an add (docs/write-path.md says why none was taken); a second unaltered copy shows
+how far two equal files differ.
 
 Every variant takes turns round by round; medians (and p90). Ratios against ``SqliteStore.put``
 measured in the same run. The bench extra is needed (``pip install -e '.[bench]'``).
@@ -215,6 +216,7 @@ AUTOMERGE = "INSERT INTO memory_facts_fts (memory_facts_fts, rank) VALUES ('auto
 ALTERNATIVES: dict[str, tuple[list[str], list[str], list[str]]] = {
     # name: (statements on the file, page size pragmas before a VACUUM, connection pragmas)
     "schema head": ([], [], []),
+    "schema head, a second copy": ([], [], []),  # how far two equal files differ
     "FTS5 automerge 16": ([AUTOMERGE.format(16)], [], []),
     "FTS5 automerge 0": ([AUTOMERGE.format(0)], [], []),
     "page_size 1024": ([], ["PRAGMA page_size=1024"], []),
