@@ -145,6 +145,18 @@ def test_the_quick_check_skips_no_text_the_full_scan_redacts(kind):
         assert DEFAULT.redact(text).counts == FULL_SCAN.redact(text).counts, text
 
 
+@given(st.text(alphabet="0123456789 -.x", min_size=4, max_size=60))
+@settings(max_examples=300, deadline=None)
+def test_the_quick_check_passes_every_run_of_digits_a_card_could_be(text):
+    """Digits alone reach only the card-number pattern: the quick check lets through what the
+    full scan would redact (valid card numbers among random runs, spaced and dashed)."""
+    # the shortest card numbers (13 digits, Visa) and the longest (19), whole and grouped
+    cards = ("4123456789011", "4123-4567-8901-1", "6011000990139424", "4111111111111111003")
+    for card in cards:
+        for candidate in (text, f"card {text} ok", text.replace("x", card)):
+            assert DEFAULT.redact(candidate) == FULL_SCAN.redact(candidate), candidate
+
+
 @pytest.mark.parametrize(
     ("text", "kind"),
     [
