@@ -295,7 +295,8 @@ def alternatives(rounds: int) -> int:
     print(f"the bare save (claim, fact row, event row), median (p90) of {rounds} rounds")
     for name, t in times.items():
         median = percentile(t, 50)
-        print(f"   {name:30} {fmt(median)} ({fmt(percentile(t, 90)).strip()})  {median / head:5.2f}x")
+        p90 = fmt(percentile(t, 90)).strip()
+        print(f"   {name:30} {fmt(median)} ({p90})  {median / head:5.2f}x")
     return 0
 
 

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 import pytest
 import sqlalchemy as sa
 
-from memory_sql import Fact, MemoryDocument, Scope, migrations, ops
+from memory_sql import Fact, Scope, migrations, ops
 from memory_sql.database import create_engine
 from memory_sql.schema import memory_facts
 from memory_sql.storage import SQLStorage
@@ -47,7 +47,7 @@ def _definitions(engine: sa.Engine) -> dict[str, str]:
     else:
         query = "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL"
     with engine.connect() as conn:
-        return {name: sql for name, sql in conn.exec_driver_sql(query).all()}
+        return dict(conn.exec_driver_sql(query).tuples().all())
 
 
 def _fill_factor(engine: sa.Engine) -> list[str] | None:
