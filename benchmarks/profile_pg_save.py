@@ -2,6 +2,7 @@
 ``PostgresStore.put``, on one server, at equal durability (``synchronous_commit`` on).
 
     .venv/bin/python benchmarks/profile_pg_save.py [--rounds N]
+    .venv/bin/python benchmarks/profile_pg_save.py --gin
 
 1. Whole operations, taking turns: memory_sql's add (cached load, append, save; the fact taken
    out again untimed), LangGraph's ``put`` of one item, and their parts on the bare driver
@@ -17,6 +18,11 @@
 4. HOT updates: of 1 000 saves that each change one fact's confidence (40 memories of 100
    facts), how many PostgreSQL wrote as heap-only tuples (no new index entry): at the schema
    head, with its fill factor reset to 100, and with revision 0020's confidence index back.
+
+``--gin`` measures instead the GIN index's ``fastupdate``, off (the schema's) and on with a
+4 MB or a 64 kB pending list, each on a database of its own holding 4 000 facts of 100
+memories (analyzed): per round, 50 inserts of a fact (the statements timed, committed by 50)
+then 20 ranked matches of a memory (``match_facts``, two terms), the variants taking turns.
 
 Medians (and p90) of many calls after a warm-up, variants taking turns round by round. Needs
 the bench extra (``pip install -e '.[bench]'``). The figures go to docs/write-path.md.
@@ -178,7 +184,81 @@ def hot_updates() -> None:
             print(f"  {label:58} {row[1]:5} HOT of {row[0]} updates")
 
 
+GIN_VARIANTS = {
+    "fastupdate off (the schema)": "",
+    "fastupdate on, 4 MB pending list": "fastupdate = on",
+    "fastupdate on, 64 kB pending list": "fastupdate = on, gin_pending_list_limit = 64",
+}
+
+
+def gin_pending() -> int:
+    """``--gin``: insert and match times under each ``fastupdate`` setting."""
+    from contextlib import ExitStack
+
+    from memory_sql.storage.search import match_facts
+
+    rng = random.Random(0)
+    words = [f"word{i}" for i in range(2000)]
+    users = [f"u{i}" for i in range(100)]
+
+    def insert(conn: psycopg.Connection) -> None:
+        text = " ".join(rng.choice(words) for _ in range(8)) + " " + uuid.uuid4().hex[:8]
+        now = datetime.now(timezone.utc)
+        row = (rng.choice(users), AGENT, uuid.uuid4().hex[:16], text, fact_digest(text))
+        conn.execute(INSERT_FACT, (*row, search_text(text), now, now))
+
+    with ExitStack() as stack:
+        sides: dict[str, tuple[Any, psycopg.Connection]] = {}
+        for name, options in GIN_VARIANTS.items():
+            url = stack.enter_context(scratch_postgres())
+            assert url is not None
+            engine = create_engine(url)
+            stack.callback(engine.dispose)
+            migrations.upgrade(engine)
+            conn = psycopg.connect(libpq_url(url), autocommit=True, prepare_threshold=0)
+            stack.callback(conn.close)
+            if options:
+                conn.execute(f"ALTER INDEX ix_memory_facts_search SET ({options})")
+            for user in users:
+                conn.execute(
+                    "INSERT INTO memory_scopes (tenant_id, user_id, agent_name, version,"
+                    " created_at, updated_at) VALUES ('default', %s, %s, 1, now(), now())",
+                    (user, AGENT),
+                )
+            for _ in range(4000):
+                insert(conn)
+            conn.execute("VACUUM ANALYZE memory_facts")
+            sides[name] = (engine, conn)
+        inserts: dict[str, list[float]] = {name: [] for name in sides}
+        matches: dict[str, list[float]] = {name: [] for name in sides}
+        for _ in range(ROUNDS * 8):
+            for name, (engine, conn) in sides.items():
+                with conn.transaction():
+                    for _ in range(50):
+                        start = time.perf_counter()
+                        insert(conn)
+                        inserts[name].append(time.perf_counter() - start)
+                for _ in range(20):
+                    scope = Scope.of(user_id=rng.choice(users), agent_name=AGENT)
+                    terms = rng.sample(words, 2)
+                    start = time.perf_counter()
+                    match_facts(engine, scope, terms, facts=40, limit=10)
+                    matches[name].append(time.perf_counter() - start)
+    first = next(iter(sides))
+    print("GIN fastupdate: median (p90); ÷ fastupdate off")
+    for label, times in (("insert of a fact", inserts), ("ranked match of a memory", matches)):
+        base = statistics.median(times[first])
+        for name, series in times.items():
+            show(f"{label}, {name}", series, base)
+    return 0
+
+
 def main() -> int:
+    if "--gin" in sys.argv:
+        print(f"GIN fastupdate: load average {os.getloadavg()[0]:.2f}")
+        status = gin_pending()
+        print(f"load average at the end {os.getloadavg()[0]:.2f}")
+        return status
     load = os.getloadavg()
     print(f"PostgreSQL add, taken apart: {os.cpu_count()} CPUs, load average {load[0]:.2f}")
     print(f"memory_sql measured: {measured_source()}")
