@@ -4,9 +4,9 @@ paid an entry in each), and on PostgreSQL the facts' pages keep room for HOT upd
 - ``ix_memory_facts_tenant_created_at``: no statement reads facts by their creation time
   across a memory or a tenant (loads go by the scope, searches order by confidence, the
   purge reads ``ix_memory_facts_tenant_valid_to``).
-- ``ix_memory_facts_scope_confidence`` (live facts of one memory by confidence): the live
-  partial unique index ``uq_memory_facts_live_content_key`` finds the same rows by the same
-  scope prefix, for a load and for a search of one memory, and a memory's live facts are few
+- ``ix_memory_facts_scope_confidence`` (live facts of one memory by confidence): the primary
+  key and the live partial unique index ``uq_memory_facts_live_content_key`` find the same
+  rows by the same scope prefix, for a load and for a search of one memory, and a memory's live facts are few
   (``eviction.max_facts``, at most 10 000) to order; injection and eviction order them in
   Python.
 - ``ix_memory_fact_events_tenant_occurred_at``: the activity report filters on the UTC day
@@ -17,10 +17,10 @@ Without the confidence index, an update that changes a fact's confidence, confir
 source moves no indexed column, so PostgreSQL can write it as a heap-only tuple (HOT: no new
 entry in any index, the GIN one included) when the row's page has room: ``memory_facts`` gets
 ``fillfactor = 90`` (new pages are filled to 90 %; rows are wide, so a full page rarely has
-room for another version). Measured in docs/write-path.md: of 3 000 confidence updates, none
-was HOT at revision 0019, 92-94 % with the index gone, 98-99 % with the fill factor too.
-``memory_scopes``, whose row every save updates, stays at 100: its rows are narrow and 99 %
-of its updates are HOT already.
+room for another version). Of 1 000 confidence updates (``profile_pg_save.py``, section 4;
+docs/write-path.md), none was HOT at revision 0019, 665-755 with the index gone, 945-979 with
+the fill factor too. ``memory_scopes``, whose row every save updates, stays at 100: its rows
+are narrow and nearly all its updates are HOT already.
 
 docs/write-path.md has the plans before and after and the add's cost. The downgrade builds
 the indexes again and resets the fill factor.
