@@ -84,7 +84,7 @@ TENANTS = ("bench-a", "bench-b", "bench-c", "bench-d")
 AGENT = "coder"
 USERS = 200
 FACTS = 30
-THREADS_PER_USER = 10  # conversations go to USERS x THREADS_PER_USER queue keys, round-robin
+THREADS_PER_USER = 10  # each side's conversations go to USERS x THREADS_PER_USER keys of its own
 CONCURRENCY = (1, 8, 32)
 CATEGORIES = ["preference", "knowledge", "context", "behavior", "goal", "correction"]
 WORDS = [
@@ -267,9 +267,11 @@ class Side:
     _counter: Iterator[int] = field(default_factory=itertools.count)
 
     def next_key(self) -> tuple[int, str]:
-        """The next conversation's user (its number) and thread, round-robin."""
+        """The next conversation's user (its number) and thread, round-robin over keys of this
+        side's own: a key's first conversation is one insert, a later one a merge (three
+        statements), so sides sharing keys would not do the same work."""
         n = next(self._counter)  # atomic under the GIL
-        thread = f"thread-{(n // USERS) % THREADS_PER_USER}"
+        thread = f"{self.name}: thread-{(n // USERS) % THREADS_PER_USER}"
         self.keys.add((user(n), thread))
         return n, thread
 
