@@ -22,8 +22,10 @@ what is measured is the API; its access log goes to a file, as deployed), and be
 operations through the Python API in this process (``MemoryService(config, start=False)``:
 ``queue_conversation`` and ``memory_context``, the same role and database). Measured:
 ``POST /v1/conversations`` (a four-message conversation, the users and 10 threads each taken
-round-robin) and ``GET /v1/users/{user}/context?agent_name=coder`` (the users round-robin),
-with 1, 8 and 32 concurrent clients: threads, one ``httpx.Client`` (keep-alive) each, released
+round-robin, each side's threads its own: the same work on every side, a key's first
+conversation an insert and a later one a merge) and
+``GET /v1/users/{user}/context?agent_name=coder`` (the users round-robin), with 1, 8 and 32
+concurrent clients: threads, one ``httpx.Client`` (keep-alive) each, released
 together; for the Python API, threads sharing one service. The four sides take turns round by
 round, so that a slower minute of the shared machine does not land on one side only.
 
