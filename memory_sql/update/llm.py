@@ -38,8 +38,11 @@ JSON mode. The prompt asks for JSON either way.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import random
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -116,6 +119,9 @@ class LLMClient:
         self.structured_output = structured_output if json_mode else "off"
         self._api_key = api_key
         self._client: openai.OpenAI | None = None
+        self._http: Any = None  # the client's HTTP client (httpx's), shared with the SDK
+        self._headers: dict[str, str] = {}
+        self._timeout_error: type[BaseException] = TimeoutError
         self._lock = threading.Lock()
 
     @classmethod
@@ -182,13 +188,13 @@ class LLMClient:
             try:
                 if probing:
                     try:
-                        completion = self._create(client.with_options(max_retries=0), request)
+                        completion = self._send(client, request, retries=0)
                     except LLMError as exc:
                         if _rejects_format(exc) or not exc.transient or not self.max_retries:
                             raise
-                        completion = self._create(client, request)  # with the retries
+                        completion = self._send(client, request, retries=self.max_retries)
                 else:
-                    completion = self._create(client, request)
+                    completion = self._send(client, request, retries=self.max_retries)
             except LLMError as exc:
                 if position + 1 == len(ladder) or not _rejects_format(exc):
                     raise
@@ -272,8 +278,11 @@ class LLMClient:
         """Close the HTTP connections; a later :meth:`complete` opens new ones."""
         with self._lock:
             client, self._client = self._client, None
+            http, self._http = self._http, None
         if client is not None:
             client.close()
+        if http is not None:
+            http.close()
 
     def __enter__(self) -> LLMClient:
         return self
@@ -310,15 +319,71 @@ class LLMClient:
             import openai
 
             try:
-                self._client = openai.OpenAI(
+                http = openai.DefaultHttpxClient()
+                client = openai.OpenAI(
                     api_key=key,
                     base_url=self.base_url,
                     timeout=self.timeout_seconds,
                     max_retries=self.max_retries,
+                    http_client=http,
                 )
             except openai.OpenAIError as exc:
                 raise self._error(f"cannot build the client: {exc}") from None
-            return self._client
+            # The SDK's own headers (its key, organization, project, user agent), sent by
+            # _send's first try as the SDK would send them.
+            sdk_headers = {**client.default_headers, **getattr(client, "auth_headers", {})}
+            headers = {k: v for k, v in sdk_headers.items() if isinstance(v, str)}
+            headers.setdefault("Authorization", f"Bearer {key}")
+            self._headers = {**headers, "Content-Type": "application/json"}
+            self._timeout_error = _timeout_error_of(http)
+            self._http, self._client = http, client
+            return client
+
+    def _send(self, client: openai.OpenAI, options: dict[str, Any], *, retries: int) -> Completion:
+        """One call of ``options`` with up to ``retries`` more tries. The first try is posted
+        on the ``openai`` client's own HTTP client (its connection pool, proxies and TLS), the
+        body written and the reply read as plain JSON: the SDK's per-call request building and
+        reply validation cost more CPU than the rest of a worker's update with an instant
+        model. A try that fails as the SDK would retry it goes on, after the SDK's back-off
+        (or the server's ``retry-after``), through the SDK with the retries left."""
+        body = json.dumps(options).encode("utf-8")
+        try:
+            response = self._http.post(
+                f"{self.base_url}/chat/completions",
+                content=body,
+                headers=self._headers,
+                timeout=self.timeout_seconds,
+            )
+        except Exception as exc:
+            timed_out = isinstance(exc, self._timeout_error)
+            if retries:
+                time.sleep(_retry_delay(None))
+                return self._create(client.with_options(max_retries=retries - 1), options)
+            if timed_out:
+                raise self._error(
+                    f"timed out after {self.timeout_seconds:g} s", transient=True
+                ) from None
+            raise self._error(f"connection failed ({_root_cause(exc)})", transient=True) from None
+        status = response.status_code
+        if 200 <= status < 300:
+            try:
+                data = response.json()
+            except ValueError:
+                raise self._error(f"the reply is not JSON (HTTP {status})") from None
+            return self._completion(data, options)
+        transient = status in (408, 409, 429) or status >= 500
+        should_retry = response.headers.get("x-should-retry")
+        if retries and (should_retry == "true" or (should_retry != "false" and transient)):
+            response.close()
+            time.sleep(_retry_delay(response.headers))
+            return self._create(client.with_options(max_retries=retries - 1), options)
+        try:
+            error_body: Any = response.json()
+        except ValueError:
+            error_body = response.text
+        detail = _error_detail(error_body) or response.reason_phrase or ""
+        hint = " (check llm_api_key)" if status in (401, 403) else ""
+        raise self._error(f"HTTP {status}{hint}: {detail}", status=status, transient=transient)
 
     def _create(self, client: openai.OpenAI, options: dict[str, Any]) -> Completion:
         import openai
@@ -332,7 +397,12 @@ class LLMClient:
         if "response_format" in options:
             extra["response_format"] = options.pop("response_format")
         try:
-            response = client.chat.completions.create(messages=[], **options, extra_body=extra)
+            raw = client.chat.completions.with_raw_response.create(
+                messages=[], **options, extra_body=extra
+            )
+            data = raw.http_response.json()
+        except ValueError:
+            raise self._error("the reply is not JSON") from None
         except openai.APITimeoutError:
             raise self._error(
                 f"timed out after {self.timeout_seconds:g} s", transient=True
@@ -350,23 +420,31 @@ class LLMClient:
             ) from None
         except openai.OpenAIError as exc:
             raise self._error(f"{type(exc).__name__}: {exc}") from None
-        choices = response.choices or []
-        if not choices:
+        return self._completion(data, options)
+
+    def _completion(self, data: Any, options: Mapping[str, Any]) -> Completion:
+        """The :class:`Completion` of a chat-completions reply body ``data`` (parsed JSON)."""
+        choices = data.get("choices") if isinstance(data, dict) else None
+        if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
             raise self._error("the reply has no choices")
         choice = choices[0]
-        text = choice.message.content if choice.message is not None else None
+        finish_reason = choice.get("finish_reason")
+        message = choice.get("message")
+        text = message.get("content") if isinstance(message, dict) else None
         if not isinstance(text, str) or not text:
-            if choice.finish_reason == "length":  # all of it went to reasoning: a cut reply
+            if finish_reason == "length":  # all of it went to reasoning: a cut reply
                 text = ""
             else:
-                raise self._error(f"the reply has no text (finish_reason {choice.finish_reason!r})")
-        usage = response.usage
+                raise self._error(f"the reply has no text (finish_reason {finish_reason!r})")
+        usage = data.get("usage")
+        usage = usage if isinstance(usage, dict) else {}
+        model = data.get("model")
         completion = Completion(
             text=text,
-            prompt_tokens=_count(getattr(usage, "prompt_tokens", None)),
-            completion_tokens=_count(getattr(usage, "completion_tokens", None)),
-            model=response.model or self.model or "",
-            finish_reason=choice.finish_reason,
+            prompt_tokens=_count(usage.get("prompt_tokens")),
+            completion_tokens=_count(usage.get("completion_tokens")),
+            model=model if isinstance(model, str) and model else self.model or "",
+            finish_reason=finish_reason if isinstance(finish_reason, str) else None,
         )
         if completion.cut:
             logger.warning(
@@ -416,6 +494,31 @@ def _rejects_format(exc: LLMError) -> bool:
     if exc.status in (400, 422):
         return True
     return exc.status == 500 and "response_format" in str(exc)
+
+
+def _retry_delay(headers: Any) -> float:
+    """The ``openai`` client's wait before its first retry: the server's ``retry-after-ms`` or
+    ``retry-after`` (seconds) when given and at most 60 s, else half a second less up to a
+    quarter (jitter)."""
+    if headers is not None:
+        for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+            try:
+                seconds = float(headers.get(name) or "") * scale
+            except ValueError:
+                continue
+            if 0 < seconds <= 60:
+                return seconds
+    return 0.5 * (1 - 0.25 * random.random())
+
+
+def _timeout_error_of(http: Any) -> type[BaseException]:
+    """The timeout exception of the httpx package ``http`` (an HTTP client) comes from."""
+    for kind in type(http).__mro__:
+        package = sys.modules.get(kind.__module__.split(".")[0])
+        error = getattr(package, "TimeoutException", None)
+        if isinstance(error, type) and issubclass(error, BaseException):
+            return error
+    return TimeoutError
 
 
 def _count(value: Any) -> int:
@@ -469,7 +572,7 @@ def probe(llm: LLMClient, schema: Mapping[str, Any], *, max_tokens: int = 16) ->
     Raises:
         LLMError: no model, or no key for OpenAI's own API, is configured.
     """
-    client = llm._openai().with_options(max_retries=0)
+    client = llm._openai()
     messages = [{"role": "user", "content": 'Reply with the JSON object {"ok": true}.'}]
     steps: list[ProbeStep] = []
     for step in _LADDER:
@@ -483,7 +586,7 @@ def probe(llm: LLMClient, schema: Mapping[str, Any], *, max_tokens: int = 16) ->
             request["response_format"] = _response_format(step, schema)
         started = time.monotonic()
         try:
-            llm._create(client, request)
+            llm._send(client, request, retries=0)
         except LLMError as exc:
             cut = exc.status is None and "finish_reason 'length'" in str(exc)
             steps.append(ProbeStep(step, cut, time.monotonic() - started, None if cut else exc))
