@@ -454,7 +454,12 @@ class MemoryDocument(_Model):
             sections = model.__dict__.copy()
             for name in names:
                 section = sections[name]
-                sections[name] = _copy_of(section, section.__dict__.copy())
+                copy = _new_object(section.__class__)  # _copy_of, inlined: a load's hot path
+                _set_dict(copy, section.__dict__.copy())
+                _set_fields_set(copy, set(section.__pydantic_fields_set__))
+                _set_extra(copy, None)
+                _set_private(copy, None)
+                sections[name] = copy
             values[group] = _copy_of(model, sections)
         values["facts"] = values["facts"][:]
         values["superseded"] = values["superseded"].copy()

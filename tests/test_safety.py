@@ -12,14 +12,17 @@ import subprocess
 import sys
 import uuid
 from datetime import date
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from llm_server import LABELS, llm_config, update_reply
 
 from memory_sql import MemoryConfig, MemoryDocument, MemoryService, open_storage
 from memory_sql.database import create_engine
-from memory_sql.intake.instructions import is_instruction
+from memory_sql.intake.instructions import _INSTRUCTION, _STEERING, instruction_in, is_instruction
 from memory_sql.intake.redact import DEFAULT, KINDS, Redactor
 from memory_sql.models import Fact
 from memory_sql.ops.history import change_log
@@ -142,6 +145,18 @@ def test_the_quick_check_skips_no_text_the_full_scan_redacts(kind):
         assert DEFAULT.redact(text).counts == FULL_SCAN.redact(text).counts, text
 
 
+@given(st.text(alphabet="0123456789 -.x", min_size=4, max_size=60))
+@settings(max_examples=300, deadline=None)
+def test_the_quick_check_passes_every_run_of_digits_a_card_could_be(text):
+    """Digits alone reach only the card-number pattern: the quick check lets through what the
+    full scan would redact (valid card numbers among random runs, spaced and dashed)."""
+    # the shortest card numbers (13 digits, Visa) and the longest (19), whole and grouped
+    cards = ("4123456789011", "4123-4567-8901-1", "6011000990139424", "4111111111111111003")
+    for card in cards:
+        for candidate in (text, f"card {text} ok", text.replace("x", card)):
+            assert DEFAULT.redact(candidate) == FULL_SCAN.redact(candidate), candidate
+
+
 @pytest.mark.parametrize(
     ("text", "kind"),
     [
@@ -195,6 +210,45 @@ def test_instructions_are_recognised(text):
 )
 def test_preferences_are_not(text):
     assert not is_instruction(text)
+
+
+_SAFETY_DATA = Path(__file__).resolve().parent.parent / "benchmarks" / "safety_data"
+_WORDED = [
+    line
+    for name in ("instructions.txt", "preferences.txt")
+    for line in (_SAFETY_DATA / name).read_text(encoding="utf-8").splitlines()
+    if line and not line.startswith("#")
+]
+# Runs of the patterns' own words, so that generated texts come near a match often.
+_PIECES = (
+    "ignore", "all", "previous", "instructions", "you", "are", "now", "must", "the assistant",
+    "call", "the", "send_email", "tool", "run", "this", "command", "curl", "|", "sh", "send",
+    "files", "to", "http://x.example.com", "system", ":", "<system>", "[INST]", "##", "never",
+    "tell", "user", "always", "recommend", "product", "when", "asks", "reply", "jailbreak",
+    "mode", "developer", "obey", "these", "rules", "reveal", "prompt", "hide", "it", "from",
+    "BEGIN", "SYSTEM", "PROMPT", "act as", "an unfiltered", "pretend", "to be", "rm -rf",
+    "Prefers", "dark", "code", "shell", "sql", "don't", "without", "telling", "\n", ".", ",",
+)  # fmt: skip
+
+
+@given(
+    st.lists(st.sampled_from(_PIECES), min_size=1, max_size=12),
+    st.lists(st.sampled_from([" ", "  ", "\t", "\n", "", ". "]), min_size=12, max_size=12),
+    st.sampled_from([str, str.upper, str.lower, str.title]),
+)
+@settings(max_examples=400, deadline=None)
+def test_the_instruction_check_finds_what_the_whole_pattern_finds(pieces, gaps, case):
+    text = case("".join(p + g for p, g in zip(pieces, gaps, strict=False)))
+    whole = _INSTRUCTION.search(text) or _STEERING.search(text)
+    assert instruction_in(text) == (None if whole is None else whole.group(0).strip())
+
+
+@pytest.mark.parametrize("text", _WORDED)
+def test_the_instruction_check_agrees_with_the_whole_pattern_on_the_corpus(text):
+    for spelling in spellings(text):
+        whole = _INSTRUCTION.search(spelling) or _STEERING.search(spelling)
+        expected = None if whole is None else whole.group(0).strip()
+        assert instruction_in(spelling) == expected, spelling
 
 
 def test_the_block_opens_with_the_fixed_preamble_and_redacts_old_text():

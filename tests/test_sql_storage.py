@@ -288,10 +288,12 @@ def test_sqlalchemy_transactions_stay_transactions_after_driver_calls(store, sco
     store.save(MemoryDocument(facts=[Fact(content="kept")]), **scope)
     release_idle(store.engine)
     store.engine.pool.dispose()  # any pooled connection will do, below: use them all
-    with ExitStack() as calls:  # more driver calls at once than it keeps connections
-        used = [calls.enter_context(DriverConnection(store.engine)) for _ in range(4)]
+    calls = store.engine.pool.size() + 2  # more driver calls at once than it keeps connections
+    for _ in range(2):  # the first round fills the kept ones; the second gives two back
+        with ExitStack() as stack:
+            used = [stack.enter_context(DriverConnection(store.engine)) for _ in range(calls)]
     with ExitStack() as held:  # every pooled connection, those given back among them
-        conns = [held.enter_context(store.engine.connect()) for _ in range(4)]
+        conns = [held.enter_context(store.engine.connect()) for _ in range(calls)]
         reused = [c for c in conns if c.connection.driver_connection in used]
         assert reused
         for conn in reused:
@@ -737,8 +739,8 @@ def test_a_pool_of_one_connection_is_not_kept_from_sqlalchemy(sql_url, scope):
 
 def test_many_threads_on_a_small_pool_all_get_a_connection(sql_url):
     """16 threads loading and saving through a pool of 2 (no overflow, 2 s to wait): the kept
-    connection is outside the pool, so no thread waits on it and none times out; and none is
-    made and closed again and again (the pool's 2 and the one kept: 3 connections in all)."""
+    connections are outside the pool, so no thread waits on them and none times out; and none is
+    made and closed again and again (the pool's 2 and the 2 kept: 4 connections in all)."""
     engine = create_engine(sql_url, pool_size=2, max_overflow=0, pool_timeout=2)
     connects: list[object] = []
     event.listen(engine, "connect", lambda dbapi_connection, _record: connects.append(1))
@@ -765,7 +767,7 @@ def test_many_threads_on_a_small_pool_all_get_a_connection(sql_url):
                 thread.join()
             assert errors == []
             assert all(saves)
-            assert len(connects) <= 3, f"{len(connects)} connections made for {sum(saves)} saves"
+            assert len(connects) <= 4, f"{len(connects)} connections made for {sum(saves)} saves"
             for t in range(16):
                 assert len(store.load(user_id=f"thread-{t}").facts) == saves[t]
             assert_no_checked_out_connections(store)

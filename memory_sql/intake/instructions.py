@@ -92,11 +92,73 @@ _INSTRUCTION = re.compile(
 )
 _STEERING = re.compile(_STEER, re.IGNORECASE | re.MULTILINE)
 
+# Each group's alternatives, and what every match of them holds in ASCII text lowered: one of
+# these substrings (a colon, a key word, a literal run of the pattern). Python's regex tries
+# every branch at every position; substring tests run at C speed, so an ASCII text runs only
+# the groups whose anchors it holds. Any other text (Chinese, and the letters that fold to
+# ASCII under IGNORECASE such as "ſ" and the Kelvin sign) runs the whole pattern.
+_GATED = tuple(
+    (re.compile(pattern, re.IGNORECASE), anchors)
+    for pattern, anchors in (
+        (_ROLE, (":", "<", "inst]", "##", "begin ")),
+        (
+            _OVERRIDE,
+            (
+                "ignore", "disregard", "forget", "override", "bypass", "skip", "drop", ":",
+                "you are ", "from now on", "developer mode", "god mode", "dan mode",
+                "unrestricted mode", "jailbr", "act as ", "pretend ",
+            ),
+        ),
+        (
+            _ADDRESSED,
+            (
+                "must", "shall", "should ", "will ", "is to", "are to", "has to", "have to",
+                "need", "required", "instructed", "obliged", "may not", "obey", "comply with",
+                "follow",
+            ),
+        ),
+        (
+            _TOOL,
+            (
+                "tool", "function", "plugin", "action", "endpoint", "command", "code", "script",
+                "shell", "sql", "curl", "wget", "rm -rf", "nc -e", "powershell", "bash -c",
+            ),
+        ),
+        (
+            _EXFIL,
+            (
+                "send", "forward", "upload", "post", "mail", "leak", "exfiltrate", "transmit",
+                "copy", "sync", "share", "reveal", "print", "output", "show", "repeat",
+                "disclose", "do not", "don't", "never", "without ", "hide ",
+            ),
+        ),
+    )
+)  # fmt: skip
+
 
 def instruction_in(text: str) -> str | None:
     """The part of ``text`` that reads as an instruction to the assistant, or None."""
-    match = _INSTRUCTION.search(text) or _STEERING.search(text)
+    match = _first_gated(text) if text.isascii() else _INSTRUCTION.search(text)
+    match = match or _STEERING.search(text)
     return None if match is None else match.group(0).strip()
+
+
+def _first_gated(text: str) -> re.Match[str] | None:
+    """``_INSTRUCTION.search(text)`` for ASCII ``text``: the leftmost match of the groups
+    whose anchors it holds, the earlier group's at the same position, as the alternation
+    finds it."""
+    low = text.lower()
+    first: re.Match[str] | None = None
+    for pattern, anchors in _GATED:
+        for anchor in anchors:
+            if anchor in low:
+                break
+        else:
+            continue
+        found = pattern.search(text)
+        if found is not None and (first is None or found.start() < first.start()):
+            first = found
+    return first
 
 
 def is_instruction(text: str) -> bool:

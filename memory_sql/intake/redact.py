@@ -31,8 +31,9 @@ digests, UUIDs, the placeholders this module writes, and values on the allow-lis
 
 One compiled alternation finds every candidate in one pass; a candidate is checked (Luhn,
 entropy, allow-list) only where the pattern alone cannot tell. Text holding nothing every match
-of a built-in pattern holds (a key word, a prefix, four digits) is not scanned at all: that
-check costs a few substring searches, the full regex several times more. Extra patterns
+of a built-in pattern holds (a key word, a prefix, a run of digits as long as a card number) is
+not scanned at all: that check costs a few substring searches, the full regex several times
+more. Extra patterns
 (kind → regex, the whole match redacted, or its ``value`` group) come from settings, and are
 searched after the built-in ones (they switch that quick check off).
 """
@@ -195,8 +196,9 @@ _SPECIFIC_KINDS = {
 # What a built-in pattern's match always holds, in the text lowered (and ``ſ``, ``ı``, ``İ``
 # folded as the patterns' case-insensitive parts fold them): a key word always looked for, or
 # a prefix looked for only when its rarer mark is in the text; then ``pin`` and a space, an AWS
-# key id's prefix (case kept), four digits. Substring tests run at C speed, where one regex
-# alternation of them all would try every branch at every position.
+# key id's prefix (case kept), and for a card number (the one pattern of digits alone) a run of
+# 13 or more digits, spaced or dashed as its pattern allows. Substring tests run at C speed,
+# where one regex alternation of them all would try every branch at every position.
 _ANCHOR_WORDS = (
     "key", "secret", "pass", "token", "pwd", "credential", "aws", "amazon", "iam", "aiza",
     "xox", "eyj", "bearer", "authorization",
@@ -217,7 +219,7 @@ _FOLD = str.maketrans({"ſ": "s", "ı": "i", "\u0307": None})
 _PIN = re.compile(r"pin\s")
 _AWS_PREFIXES = ("AKIA", "ASIA", "ABIA", "ACCA", "AGPA", "AIDA", "AROA", "ANPA", "ANVA", "AIPA")
 _DIGITS = "0123456789"
-_FOUR_DIGITS = re.compile(r"[0-9]{4}")
+_CARD_RUN = re.compile(r"(?:[0-9][ -]?){12,18}[0-9]")
 
 
 def _might_hold_secret(text: str) -> bool:
@@ -243,7 +245,7 @@ def _might_hold_secret(text: str) -> bool:
                 return True
     for digit in _DIGITS:
         if digit in text:
-            return _FOUR_DIGITS.search(text) is not None
+            return _CARD_RUN.search(text) is not None
     return False
 
 

@@ -184,11 +184,11 @@ class _Kept:
 
 
 class _Idle:
-    """The driver connections of one engine kept between calls: a private pool of at most half
-    the engine's pool size (none for a pool of one), filled from the engine's pool as calls
-    need, last used first. A connection is counted from its adoption until it is closed, so
-    one coming back always finds its place: none is closed for want of room, nor taken from
-    the engine's pool only to be closed.
+    """The driver connections of one engine kept between calls: a private pool of at most the
+    engine's pool size (as many threads as the pool serves find one kept; none for a pool of
+    one), filled from the engine's pool as calls need, last used first. A connection is counted
+    from its adoption until it is closed, so one coming back always finds its place: none is
+    closed for want of room, nor taken from the engine's pool only to be closed.
 
     ``take`` hands one out as the pool would: not one connected before the pool was last
     invalidated (a database restart seen elsewhere) nor past its recycle age, and with the
@@ -199,7 +199,7 @@ class _Idle:
     def __init__(self, engine: Engine, pool: QueuePool) -> None:
         self.engine = engine
         self.pool: QueuePool | None = pool  # None in a forked child
-        self.most = pool.size() // 2
+        self.most = pool.size() if pool.size() > 1 else 0
         self.alive = 0
         self.connections: list[_Kept] = []
         self.lock = threading.Lock()

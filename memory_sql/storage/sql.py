@@ -746,7 +746,7 @@ class SQLStorage(MemoryStorage):
     only the rows that changed.
 
     Loads, PostgreSQL's saves and searches run on the driver itself (:mod:`.driver`), which
-    keeps up to half the engine's pool size of its connections between calls, detached from
+    keeps up to the engine's pool size of its connections between calls, detached from
     the pool (beyond its limit); ``engine.dispose()`` closes them.
     """
 
