@@ -37,6 +37,22 @@ def test_reply_text_tokens_and_request(llm):
     assert llm.request_headers[0]["authorization"] == "Bearer sk-test"
 
 
+def test_a_first_try_and_a_retry_send_the_sdks_headers(llm, monkeypatch):
+    """The first try is posted outside the SDK's request building, the retry through it: both
+    carry the headers the SDK sends (the organization it reads from the environment too)."""
+    monkeypatch.setenv("OPENAI_ORG_ID", "org-42")
+    llm.reply("busy", status=503)
+    llm.reply('{"ok": true}')
+    assert _client(llm, llm_max_retries=1).complete(PROMPT).text == '{"ok": true}'
+    first, retry = llm.request_headers
+    for headers in (first, retry):
+        assert headers["authorization"] == "Bearer sk-test"
+        assert headers["openai-organization"] == "org-42"
+        assert headers["content-type"] == "application/json"
+        assert headers["user-agent"].startswith("OpenAI/Python")
+    assert llm.requests[0] == llm.requests[1]
+
+
 def test_client_is_built_lazily_and_reused(llm):
     client = _client(llm)
     assert client._client is None

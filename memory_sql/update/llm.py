@@ -9,15 +9,20 @@ it); OpenAI's own needs one.
 Calls are synchronous on purpose: the updater runs them on worker threads, where they share
 no event loop (nor a loop-bound connection pool) with the agent (DeerFlow issue #2615). The
 ``openai`` client is built at the first call and reused; it is safe to share between threads.
+Each call's first try is posted on that client's own HTTP client (its kept-alive connections,
+proxies and TLS, and the SDK's headers) with the body written and the reply read as plain JSON:
+the SDK's per-call request building and reply validation cost a worker more CPU than the rest
+of an update with a model that answers at once. Retries go through the SDK itself.
 
 Every call sends ``max_tokens`` (``llm_max_tokens``; by default 2 048, sized to real replies:
 :meth:`~memory_sql.MemoryConfig.reply_token_limit`), so a runaway reply stops there
 instead of running until the server's context is full; a reply cut there comes back with
 ``finish_reason == "length"`` and its real token counts.
 
-Retries and timeouts are the ``openai`` client's own: ``llm_max_retries`` more tries after a
+Retries and timeouts are the ``openai`` client's: ``llm_max_retries`` more tries after a
 timeout, a refused connection, HTTP 408/409/429 or 5xx (with its back-off, or the server's
-``retry-after``), each try limited to ``llm_timeout_seconds``. A call can therefore take up to
+``retry-after``; a first try that fails so waits the same and hands the rest to the SDK), each
+try limited to ``llm_timeout_seconds``. A call can therefore take up to
 ``(llm_max_retries + 1) × llm_timeout_seconds`` plus back-off.
 
 Structured output (``llm_structured_output``, default ``auto``): a call given a ``schema`` sends
