@@ -43,6 +43,7 @@ JSON mode. The prompt asks for JSON either way.
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import os
@@ -50,6 +51,8 @@ import random
 import sys
 import threading
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -125,6 +128,9 @@ class LLMClient:
         self._api_key = api_key
         self._client: openai.OpenAI | None = None
         self._http: Any = None  # the client's HTTP client (httpx's), shared with the SDK
+        self._plain: tuple[str, int, str] | None = None  # host, port, path: see _post
+        self._connections = threading.local()
+        self._opened: list[http.client.HTTPConnection] = []
         self._headers: dict[str, str] = {}
         self._timeout_error: type[BaseException] = TimeoutError
         self._lock = threading.Lock()
@@ -283,11 +289,15 @@ class LLMClient:
         """Close the HTTP connections; a later :meth:`complete` opens new ones."""
         with self._lock:
             client, self._client = self._client, None
-            http, self._http = self._http, None
+            transport, self._http = self._http, None
         if client is not None:
             client.close()
-        if http is not None:
-            http.close()
+        if transport is not None:
+            transport.close()
+        with self._lock:
+            opened, self._opened = self._opened, []
+        for connection in opened:
+            connection.close()
 
     def __enter__(self) -> LLMClient:
         return self
@@ -324,13 +334,13 @@ class LLMClient:
             import openai
 
             try:
-                http = openai.DefaultHttpxClient()
+                transport = openai.DefaultHttpxClient()
                 client = openai.OpenAI(
                     api_key=key,
                     base_url=self.base_url,
                     timeout=self.timeout_seconds,
                     max_retries=self.max_retries,
-                    http_client=http,
+                    http_client=transport,
                 )
             except openai.OpenAIError as exc:
                 raise self._error(f"cannot build the client: {exc}") from None
@@ -340,8 +350,9 @@ class LLMClient:
             headers = {k: v for k, v in sdk_headers.items() if isinstance(v, str)}
             headers.setdefault("Authorization", f"Bearer {key}")
             self._headers = {**headers, "Content-Type": "application/json"}
-            self._timeout_error = _timeout_error_of(http)
-            self._http, self._client = http, client
+            self._timeout_error = _timeout_error_of(transport)
+            self._plain = _plain_http(self.base_url)
+            self._http, self._client = transport, client
             return client
 
     def _send(self, client: openai.OpenAI, options: dict[str, Any], *, retries: int) -> Completion:
@@ -353,14 +364,9 @@ class LLMClient:
         (or the server's ``retry-after``), through the SDK with the retries left."""
         body = json.dumps(options).encode("utf-8")
         try:
-            response = self._http.post(
-                f"{self.base_url}/chat/completions",
-                content=body,
-                headers=self._headers,
-                timeout=self.timeout_seconds,
-            )
+            status, reason, headers, content = self._post(body)
         except Exception as exc:
-            timed_out = isinstance(exc, self._timeout_error)
+            timed_out = isinstance(exc, (self._timeout_error, TimeoutError))
             if retries:
                 time.sleep(_retry_delay(None))
                 return self._create(client.with_options(max_retries=retries - 1), options)
@@ -369,26 +375,71 @@ class LLMClient:
                     f"timed out after {self.timeout_seconds:g} s", transient=True
                 ) from None
             raise self._error(f"connection failed ({_root_cause(exc)})", transient=True) from None
-        status = response.status_code
         if 200 <= status < 300:
             try:
-                data = response.json()
+                data = json.loads(content)
             except ValueError:
                 raise self._error(f"the reply is not JSON (HTTP {status})") from None
             return self._completion(data, options)
         transient = status in (408, 409, 429) or status >= 500
-        should_retry = response.headers.get("x-should-retry")
+        should_retry = headers.get("x-should-retry")
         if retries and (should_retry == "true" or (should_retry != "false" and transient)):
-            response.close()
-            time.sleep(_retry_delay(response.headers))
+            time.sleep(_retry_delay(headers))
             return self._create(client.with_options(max_retries=retries - 1), options)
         try:
-            error_body: Any = response.json()
+            error_body: Any = json.loads(content)
         except ValueError:
-            error_body = response.text
-        detail = _error_detail(error_body) or response.reason_phrase or ""
+            error_body = content.decode("utf-8", "replace")
+        detail = _error_detail(error_body) or reason or ""
         hint = " (check llm_api_key)" if status in (401, 403) else ""
         raise self._error(f"HTTP {status}{hint}: {detail}", status=status, transient=transient)
+
+    def _post(self, body: bytes) -> tuple[int, str, Any, bytes]:
+        """POST ``body`` to the chat-completions endpoint once: the status, its reason, the
+        reply's headers (``get`` by any case) and body. To an ``http://`` endpoint reached
+        without a proxy (a model server on the network: vLLM, Ollama, llama.cpp), on this
+        thread's kept-alive connection of the standard library (a third of httpx's CPU a
+        call); to any other, on the SDK's HTTP client."""
+        if self._plain is None:
+            response = self._http.post(
+                f"{self.base_url}/chat/completions",
+                content=body,
+                headers=self._headers,
+                timeout=self.timeout_seconds,
+            )
+            return response.status_code, response.reason_phrase, response.headers, response.content
+        host, port, path = self._plain
+        connection: http.client.HTTPConnection | None = getattr(self._connections, "open", None)
+        for fresh in (connection is None, True):
+            if connection is None:
+                connection = http.client.HTTPConnection(host, port, timeout=self.timeout_seconds)
+                with self._lock:
+                    self._opened.append(connection)
+                self._connections.open = connection
+            try:
+                connection.request("POST", path, body=body, headers=self._headers)
+                response = connection.getresponse()
+                content = response.read()
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                self._drop(connection)
+                connection = None
+                if fresh:
+                    raise
+                continue  # the server closed the idle connection: once more on a new one
+            except BaseException:
+                self._drop(connection)
+                raise
+            if response.will_close:
+                self._drop(connection)
+            return response.status, response.reason, response.headers, content
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _drop(self, connection: http.client.HTTPConnection) -> None:
+        connection.close()
+        self._connections.open = None
+        with self._lock:
+            if connection in self._opened:
+                self._opened.remove(connection)
 
     def _create(self, client: openai.OpenAI, options: dict[str, Any]) -> Completion:
         import openai
@@ -516,9 +567,23 @@ def _retry_delay(headers: Any) -> float:
     return 0.5 * (1 - 0.25 * random.random())
 
 
-def _timeout_error_of(http: Any) -> type[BaseException]:
-    """The timeout exception of the httpx package ``http`` (an HTTP client) comes from."""
-    for kind in type(http).__mro__:
+def _plain_http(base_url: str) -> tuple[str, int, str] | None:
+    """(host, port, path) of the chat-completions endpoint under ``base_url`` when it is
+    ``http://`` and no proxy applies to it (the environment's, as httpx reads them)."""
+    parts = urllib.parse.urlsplit(base_url)
+    if parts.scheme != "http" or not parts.hostname:
+        return None
+    proxies = urllib.request.getproxies()
+    if ("http" in proxies or "all" in proxies) and not urllib.request.proxy_bypass(parts.hostname):
+        return None
+    if parts.username or parts.password or parts.query:
+        return None
+    return parts.hostname, parts.port or 80, f"{parts.path}/chat/completions"
+
+
+def _timeout_error_of(transport: Any) -> type[BaseException]:
+    """The timeout exception of the httpx package ``transport`` (an HTTP client) comes from."""
+    for kind in type(transport).__mro__:
         package = sys.modules.get(kind.__module__.split(".")[0])
         error = getattr(package, "TimeoutException", None)
         if isinstance(error, type) and issubclass(error, BaseException):
