@@ -362,7 +362,7 @@ class LLMClient:
         reply validation cost more CPU than the rest of a worker's update with an instant
         model. A try that fails as the SDK would retry it goes on, after the SDK's back-off
         (or the server's ``retry-after``), through the SDK with the retries left."""
-        body = json.dumps(options).encode("utf-8")
+        body = _body(options)
         try:
             status, reason, headers, content = self._post(body)
         except Exception as exc:
@@ -532,9 +532,42 @@ _LADDER = (_JSON_SCHEMA, _JSON_OBJECT_SCHEMA, _JSON_OBJECT, _NO_FORMAT)
 _SETTLED: dict[tuple[str, str | None, bool], str] = {}
 _SETTLED_LOCK = threading.Lock()
 SCHEMA_NAME = "memory_update"
+# (step, id(schema)) -> (schema, its response_format, that as JSON), for _body.
+_FORMATS: dict[tuple[str, int], tuple[Any, dict[str, Any], str]] = {}
+_FORMATS_LOCK = threading.Lock()
 
 
 def _response_format(step: str, schema: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The ``response_format`` of ``step``, the same object for the same step and ``schema``
+    object (a few kept), its JSON written once (:func:`_body`)."""
+    key = (step, id(schema))
+    with _FORMATS_LOCK:
+        kept = _FORMATS.get(key)
+    if kept is not None and kept[0] is schema:
+        return kept[1]
+    form = _new_response_format(step, schema)
+    with _FORMATS_LOCK:
+        if len(_FORMATS) >= 16:
+            _FORMATS.clear()
+        _FORMATS[key] = (schema, form, json.dumps(form))
+    return form
+
+
+def _body(options: Mapping[str, Any]) -> bytes:
+    """``options`` as a JSON request body, a ``response_format`` of :func:`_response_format`
+    spliced in as the JSON it kept (the update's schema is most of a request's bytes)."""
+    form = options.get("response_format")
+    written = None
+    if form is not None:
+        with _FORMATS_LOCK:
+            written = next((k[2] for k in _FORMATS.values() if k[1] is form), None)
+    if written is None:
+        return json.dumps(options).encode("utf-8")
+    rest = json.dumps({k: v for k, v in options.items() if k != "response_format"})
+    return f'{rest[:-1]}, "response_format": {written}}}'.encode()
+
+
+def _new_response_format(step: str, schema: Mapping[str, Any] | None) -> dict[str, Any]:
     if step == _JSON_SCHEMA:
         return {
             "type": "json_schema",
