@@ -35,6 +35,7 @@ and memory_sql's per-key debounce with a maximum wait.
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 import tempfile
@@ -252,7 +253,6 @@ def throughput(url: str) -> None:
 def serve_until_stopped(url, llm_base_url, workers, stop, ready, results) -> None:
     """A worker process for :func:`concurrent`: a MemoryService with ``workers`` threads,
     working until ``stop`` is set; reports ``(pid, status)``."""
-    import os
 
     from memory_sql import MemoryConfig
     from memory_sql.service import MemoryService
@@ -333,7 +333,7 @@ def concurrent(url: str, runs: int, workers: int) -> None:
     llm_process.start()
     base_url = ready.get(timeout=120)
     config = MemoryConfig(
-        storage=url,
+        storage=_named(url, "bench-intake"),
         model_name="m",
         llm_base_url=base_url,
         llm_api_key="k",
@@ -343,15 +343,34 @@ def concurrent(url: str, runs: int, workers: int) -> None:
     processes = [
         spawn.Process(
             target=serve_until_stopped,
-            args=(url, base_url, workers, stop, ready, results),
+            args=(_named(url, "bench-worker"), base_url, workers, stop, ready, results),
         )
         for _ in range(2)
     ]
     for process in processes:
         process.start()
-    for _ in processes:
-        ready.get(timeout=120)
+    worker_pids = [ready.get(timeout=120) for _ in processes]
+
+    def cpu() -> dict[str, float]:
+        """CPU seconds so far of this process (the intake), the worker processes, the LLM's,
+        and the PostgreSQL backends serving each side (by application_name)."""
+        with engine.connect() as conn:
+            backends = conn.execute(
+                sa.text(
+                    "SELECT pid, application_name FROM pg_stat_activity "
+                    "WHERE datname = current_database()"
+                )
+            ).all()
+        spent = {"intake": sum(os.times()[:2]), "worker": 0.0, "llm": _cpu_of(llm_process.pid)}
+        spent["worker"] = sum(_cpu_of(pid) for pid in worker_pids)
+        for pid, name in backends:
+            side = {"bench-intake": "pg intake", "bench-worker": "pg worker"}.get(name)
+            if side is not None:
+                spent[side] = spent.get(side, 0.0) + _cpu_of(pid)
+        return spent
+
     ratios = []
+    costs: list[dict[str, float]] = []
     with MemoryService(config, start=False) as service:
         for n in range(40):  # a warm-up: each process imports openai, builds its client
             service.after_agent(chat("tea"), thread_id="t", user_id=f"warm-{n}")
@@ -363,14 +382,25 @@ def concurrent(url: str, runs: int, workers: int) -> None:
                     service.after_agent(chat(f"tea{n}"), thread_id="t", user_id=f"r{run}-{n}")
 
             threads = [threading.Thread(target=post, args=(n,)) for n in range(16)]
+            before = cpu()
             started = time.monotonic()
             for thread in threads:
                 thread.start()
             for thread in threads:
                 thread.join()
             window = time.monotonic() - started
+            queued = cpu()
             backlog = left()
             after = wait_empty(300)
+            emptied = cpu()
+            costs.append(
+                {
+                    side: 1000
+                    * ((queued if "intake" in side else emptied).get(side, 0.0) - spent)
+                    / CONCURRENT_KEYS
+                    for side, spent in before.items()
+                }
+            )
             intake = CONCURRENT_KEYS / window
             drain = (CONCURRENT_KEYS - backlog) / window
             ratios.append(drain / intake)
@@ -389,6 +419,19 @@ def concurrent(url: str, runs: int, workers: int) -> None:
     print(
         f"  drain / intake {min(ratios):.2f}-{max(ratios):.2f} over {runs} runs "
         f"({done} updates completed by the workers, {claims / max(done, 1):.2f} claims each)"
+    )
+    print("  CPU ms per conversation (median of the runs): queueing it, and learning it")
+    median = {side: sorted(cost[side] for cost in costs)[len(costs) // 2] for side in costs[0]}
+    taking = median["intake"] + median.get("pg intake", 0.0)
+    learning = median["worker"] + median.get("pg worker", 0.0) + median["llm"]
+    print(
+        f"    intake process {median['intake']:5.2f} + its PostgreSQL backends "
+        f"{median.get('pg intake', 0.0):5.2f} = {taking:5.2f}"
+    )
+    print(
+        f"    worker processes {median['worker']:5.2f} + their PostgreSQL backends "
+        f"{median.get('pg worker', 0.0):5.2f} + the LLM server {median['llm']:5.2f} "
+        f"= {learning:5.2f}   ({learning / taking:.2f}x the intake's)"
     )
 
 
@@ -456,6 +499,20 @@ def round_trips(url: str, updates: int = 200) -> None:
         f"  statements {statements / updates:5.2f}   commits {kinds['COMMIT'] / updates:5.2f}   "
         f"({', '.join(f'{k} {v / updates:.2f}' for k, v in sorted(kinds.items()))})"
     )
+
+
+def _named(url: str, application_name: str) -> str:
+    """``url`` with its connections' ``application_name`` set (seen in pg_stat_activity)."""
+    return f"{url}{'&' if '?' in url else '?'}application_name={application_name}"
+
+
+def _cpu_of(pid: int | None) -> float:
+    """CPU seconds (user and system) process ``pid`` has used, 0.0 when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _loadavg() -> str:

@@ -22,8 +22,10 @@ what is measured is the API; its access log goes to a file, as deployed), and be
 operations through the Python API in this process (``MemoryService(config, start=False)``:
 ``queue_conversation`` and ``memory_context``, the same role and database). Measured:
 ``POST /v1/conversations`` (a four-message conversation, the users and 10 threads each taken
-round-robin) and ``GET /v1/users/{user}/context?agent_name=coder`` (the users round-robin),
-with 1, 8 and 32 concurrent clients: threads, one ``httpx.Client`` (keep-alive) each, released
+round-robin, each side's threads its own: the same work on every side, a key's first
+conversation an insert and a later one a merge) and
+``GET /v1/users/{user}/context?agent_name=coder`` (the users round-robin), with 1, 8 and 32
+concurrent clients: threads, one ``httpx.Client`` (keep-alive) each, released
 together; for the Python API, threads sharing one service. The four sides take turns round by
 round, so that a slower minute of the shared machine does not land on one side only.
 
@@ -84,7 +86,7 @@ TENANTS = ("bench-a", "bench-b", "bench-c", "bench-d")
 AGENT = "coder"
 USERS = 200
 FACTS = 30
-THREADS_PER_USER = 10  # conversations go to USERS x THREADS_PER_USER queue keys, round-robin
+THREADS_PER_USER = 10  # each side's conversations go to USERS x THREADS_PER_USER keys of its own
 CONCURRENCY = (1, 8, 32)
 CATEGORIES = ["preference", "knowledge", "context", "behavior", "goal", "correction"]
 WORDS = [
@@ -267,9 +269,11 @@ class Side:
     _counter: Iterator[int] = field(default_factory=itertools.count)
 
     def next_key(self) -> tuple[int, str]:
-        """The next conversation's user (its number) and thread, round-robin."""
+        """The next conversation's user (its number) and thread, round-robin over keys of this
+        side's own: a key's first conversation is one insert, a later one a merge (three
+        statements), so sides sharing keys would not do the same work."""
         n = next(self._counter)  # atomic under the GIL
-        thread = f"thread-{(n // USERS) % THREADS_PER_USER}"
+        thread = f"{self.name}: thread-{(n // USERS) % THREADS_PER_USER}"
         self.keys.add((user(n), thread))
         return n, thread
 

@@ -13,7 +13,7 @@ from llm_server import ScriptedLLM, llm_config
 
 from memory_sql.config import MemoryConfig
 from memory_sql.errors import LLMError, MemorySQLError
-from memory_sql.update.llm import Completion, LLMClient
+from memory_sql.update.llm import Completion, LLMClient, _plain_http
 
 PROMPT = [{"role": "system", "content": "Answer in JSON."}, {"role": "user", "content": "hi"}]
 
@@ -35,6 +35,52 @@ def test_reply_text_tokens_and_request(llm):
     assert body["max_tokens"] == MemoryConfig().reply_token_limit() == 2048
     assert body["response_format"] == {"type": "json_object"}
     assert llm.request_headers[0]["authorization"] == "Bearer sk-test"
+
+
+def test_a_first_try_and_a_retry_send_the_sdks_headers(llm, monkeypatch):
+    """The first try is posted outside the SDK's request building, the retry through it: both
+    carry the headers the SDK sends (the organization it reads from the environment too)."""
+    monkeypatch.setenv("OPENAI_ORG_ID", "org-42")
+    llm.reply("busy", status=503)
+    llm.reply('{"ok": true}')
+    assert _client(llm, llm_max_retries=1).complete(PROMPT).text == '{"ok": true}'
+    first, retry = llm.request_headers
+    for headers in (first, retry):
+        assert headers["authorization"] == "Bearer sk-test"
+        assert headers["openai-organization"] == "org-42"
+        assert headers["content-type"] == "application/json"
+        assert headers["user-agent"].startswith("OpenAI/Python")
+    assert llm.requests[0] == llm.requests[1]
+
+
+def test_a_plain_http_endpoint_keeps_one_connection_per_thread(llm):
+    """To an http:// endpoint each thread reuses its kept-alive connection; one the server
+    dropped while idle is replaced, the call sent once."""
+    client = _client(llm, llm_max_retries=0)
+    for text in ("one", "two", "three"):
+        llm.reply(text)
+    assert client.complete(PROMPT).text == "one"
+    assert client.complete(PROMPT).text == "two"
+    [connection] = client._opened
+    connection.sock.shutdown(socket.SHUT_RDWR)  # as a server closing it does
+    assert client.complete(PROMPT).text == "three"
+    assert len(llm.requests) == 3
+    assert len(client._opened) == 1 and client._opened[0] is not connection
+    client.close()
+    assert client._opened == []
+
+
+def test_a_proxy_in_the_environment_leaves_the_request_to_httpx(monkeypatch):
+    for name in ("HTTP_PROXY", "ALL_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    url = "http://10.1.2.3:8000/v1"
+    assert _plain_http(url) == ("10.1.2.3", 8000, "/v1/chat/completions")
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.example:3128")
+    assert _plain_http(url) is None
+    monkeypatch.setenv("NO_PROXY", "10.1.2.3")
+    assert _plain_http(url) == ("10.1.2.3", 8000, "/v1/chat/completions")
+    assert _plain_http("https://api.openai.com/v1") is None
 
 
 def test_client_is_built_lazily_and_reused(llm):

@@ -20,9 +20,10 @@ from test_service import chat, learn
 
 from memory_sql import MemoryConfig, pooling, tenancy
 from memory_sql.database import create_engine
-from memory_sql.models import Fact, MemoryDocument
+from memory_sql.models import Fact, MemoryDocument, utcnow
+from memory_sql.server.keys import KeyChecker, create_key
 from memory_sql.service import MemoryService
-from memory_sql.storage import SQLStorage, open_storage
+from memory_sql.storage import SQLStorage, api_keys, open_storage
 from memory_sql.storage.wakeups import NotifyListener
 
 pytestmark = pytest.mark.postgres
@@ -165,6 +166,31 @@ def test_a_queued_conversation_is_two_messages_and_a_cached_read_one(
         service.close()
     assert queued == (1.0, 2.0)
     assert read == (1.0, 1.0)
+
+
+def test_an_api_key_check_is_one_message(pgbouncer: Any, bounced: str) -> None:
+    """The service's key lookup, its revocation check and its last-use write: each one
+    statement in autocommit, one message through PgBouncer (in a transaction, three: the
+    statement with BEGIN, then ROLLBACK or COMMIT, and psycopg's BEGIN apart directly)."""
+    engine = create_engine(bounced, tenant_default=tenancy.NO_TENANT)
+    database = make_url(bounced).database or ""
+    try:
+        key, secret = create_key(engine, tenant_id="acme", role="write")
+        checked = KeyChecker(engine).check(secret)
+        assert checked is not None and (checked.key_id, checked.tenant_id) == (key.key_id, "acme")
+        time.sleep(1.5)  # PgBouncer's totals move every second (stats_period = 1)
+        before = pgbouncer.counts(database)
+        for _ in range(20):
+            assert api_keys.lookup(engine, key.key_id).found
+            assert [live[0] for live in api_keys.live(engine, [key.key_id, "0" * 16])] == [
+                key.key_id
+            ]
+            api_keys.touch(engine, key.key_id, utcnow())
+        time.sleep(1.5)
+        after = pgbouncer.counts(database)
+    finally:
+        engine.dispose()
+    assert (after[0] - before[0], after[1] - before[1]) == (60, 60)
 
 
 @pytest.fixture

@@ -355,7 +355,11 @@ class UpdateQueue:
         found: dict[tuple[str, str, str], Any] = {}
         while True:
             wanted = limit - len(found)
-            rows = conn.execute(self._claimable(wanted + 2, now, list(found))).all()
+            query = self._rows.claimable(skipping=bool(found), with_marks=bool(self._with_marks))
+            values: dict[str, Any] = {"limit": wanted + 2, "now": now}
+            if found:
+                values["skipped"] = list(found)
+            rows = conn.execute(query, values).all()
             for row in rows:
                 found.setdefault((row.tenant_id, row.user_id, row.agent_name), row)
                 if len(found) == limit:
@@ -363,18 +367,13 @@ class UpdateQueue:
             if len(rows) < wanted + 2:
                 return list(found.values())
 
-    def _claimable(self, limit: int, now: datetime, skipped: list[tuple[str, str, str]]) -> Any:
-        """Due, unleased rows of memories with no live lease, but the ``skipped`` ones, in
-        due order, with their threads' watermarks (:func:`~memory_sql.storage.queue_rows.
-        claimable`)."""
-        return self._rows.claimable(limit, now, skipped, with_marks=bool(self._with_marks))
-
     def _still_free(self, conn: Connection, rows: Sequence[Any]) -> list[Any]:
         """``rows`` whose memory this transaction could lock (PostgreSQL). The lock is held
         until this claim commits; the lease that follows is a new statement, so its check of
         the memory (no row leased elsewhere) sees every lease committed before the lock."""
-        locks = self._rows.advisory_locks(_ADVISORY_LOCK_CLASS, [_memory_lock_id(r) for r in rows])
-        got = conn.execute(locks).one()
+        ids = {f"id{n}": _memory_lock_id(row) for n, row in enumerate(rows)}
+        locks = self._rows.advisory_locks(len(rows))
+        got = conn.execute(locks, {"lock_class": _ADVISORY_LOCK_CLASS, **ids}).one()
         return [row for row, locked in zip(rows, got, strict=True) if locked]
 
     def _lease(
@@ -395,8 +394,8 @@ class UpdateQueue:
         ]
         leased = set(
             conn.execute(
-                self._rows.lease(keys, now),
-                {"owner": self.owner, "until": now + self.lease},
+                self._rows.lease(),
+                {"owner": self.owner, "until": now + self.lease, "keys": keys, "now": now},
             ).all()
         )
         return [

@@ -2,18 +2,21 @@
 shape, roles, hashing, the outage grace) are :mod:`memory_sql.server.keys`'s.
 
 The keys are not under row-level security: every statement here runs outside it. Rows come
-back in the order of :data:`COLUMNS`.
+back in the order of :data:`COLUMNS`. What a request's check runs (:func:`lookup`, and now and
+then :func:`live` and :func:`touch`) is one statement in autocommit: one round trip, directly
+or through PgBouncer (where a transaction would add ``BEGIN`` and ``ROLLBACK``).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
 from ..driver_errors import database_errors
 from ..schema import UTCDateTime, memory_api_keys
@@ -86,25 +89,14 @@ def revoke(engine: Engine, key_id: str, now: datetime) -> tuple[Any, ...] | None
 def lookup(engine: Engine, key_id: str) -> Any:
     """One row whether or not ``key_id`` exists, of the same shape and work: ``found``, then
     the key's columns and ``secret_sha256``, or placeholders (:data:`DUMMY_HASH`,
-    :data:`NEVER`) when it does not exist.
-
-    The connection is any pooled one, left set to whichever tenant it last served (no round
-    trip to change it)."""
-    with (
-        database_errors(engine, "check an API key"),
-        outside_row_security(),
-        engine.connect() as conn,
-    ):
+    :data:`NEVER`) when it does not exist."""
+    with database_errors(engine, "check an API key"), _one_statement(engine) as conn:
         return conn.execute(_LOOKUP, {"key_id": key_id}).one()
 
 
 def live(engine: Engine, key_ids: Iterable[str]) -> set[tuple[str, str]]:
     """(key id, secret hash) of the keys of ``key_ids`` that exist and are not revoked."""
-    with (
-        database_errors(engine, "check API keys"),
-        outside_row_security(),
-        engine.connect() as conn,
-    ):
+    with database_errors(engine, "check API keys"), _one_statement(engine) as conn:
         return {
             (row[0], row[1])
             for row in conn.execute(
@@ -118,16 +110,21 @@ def live(engine: Engine, key_ids: Iterable[str]) -> set[tuple[str, str]]:
 
 def touch(engine: Engine, key_id: str, now: datetime) -> None:
     """Record that ``key_id`` was used ``now``."""
-    with (
-        database_errors(engine, "record an API key's use"),
-        outside_row_security(),
-        engine.begin() as conn,
-    ):
+    with database_errors(engine, "record an API key's use"), _one_statement(engine) as conn:
         conn.execute(
             memory_api_keys.update()
             .where(memory_api_keys.c.key_id == key_id)
             .values(last_used_at=now)
         )
+
+
+@contextmanager
+def _one_statement(engine: Engine) -> Iterator[Connection]:
+    """A connection in autocommit, outside row-level security, for one statement (its own
+    transaction: no ``BEGIN``, no ``COMMIT``, no ``ROLLBACK`` at its return). It is any pooled
+    one, left set to whichever tenant it last served (no round trip to change it)."""
+    with outside_row_security(), engine.connect() as conn:
+        yield conn.execution_options(isolation_level="AUTOCOMMIT")
 
 
 def _lookup_statement() -> sa.Select[Any]:

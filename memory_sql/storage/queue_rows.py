@@ -197,14 +197,18 @@ _sibling = pending.alias("sibling")
 _IS_BOUND_KEY = sa.and_(*(pending.c[name] == sa.bindparam(f"key_{name}") for name in KEY_COLUMNS))
 
 
-def lease(keys: Sequence[tuple[str, ...]], now: datetime, *, check_memories: bool) -> Any:
-    """Lease the rows of ``keys`` (tenant, user, agent, thread, kind) to ``owner`` until
-    ``until`` (parameters), counting the attempt; returns the keys leased. ``check_memories``:
-    skip a row whose memory has another row under a live lease (a concurrent claim's,
-    committed before this statement began)."""
+_NOW = sa.bindparam("now", type_=pending.c.due_at.type)
+
+
+@functools.cache
+def lease(*, check_memories: bool) -> Any:
+    """Lease the rows of ``keys`` (a list of (tenant, user, agent, thread, kind)) to ``owner``
+    until ``until`` (parameters), counting the attempt; returns the keys leased.
+    ``check_memories``: skip a row whose memory has another row under a live lease at ``now``
+    (a concurrent claim's, committed before this statement began)."""
     statement = (
         sa.update(pending)
-        .where(sa.tuple_(*KEY, pending.c.kind).in_(keys))
+        .where(sa.tuple_(*KEY, pending.c.kind).in_(sa.bindparam("keys", expanding=True)))
         .values(
             lease_owner=sa.bindparam("owner"),
             lease_until=sa.bindparam("until"),
@@ -213,7 +217,7 @@ def lease(keys: Sequence[tuple[str, ...]], now: datetime, *, check_memories: boo
         .returning(*KEY, pending.c.kind)
     )
     if check_memories:
-        statement = statement.where(~memory_leased(now))
+        statement = statement.where(~memory_leased(_NOW))
     return statement
 
 
@@ -234,11 +238,11 @@ def delete_run_moving_mark(dialect: SQLDialect) -> Any:
     return DELETE_RUN.add_cte(moved)
 
 
-def unleased(now: datetime) -> sa.ColumnElement[bool]:
+def unleased(now: datetime | sa.BindParameter[Any]) -> sa.ColumnElement[bool]:
     return sa.or_(pending.c.lease_until.is_(None), pending.c.lease_until < now)
 
 
-def memory_leased(now: datetime) -> sa.ColumnElement[bool]:
+def memory_leased(now: datetime | sa.BindParameter[Any]) -> sa.ColumnElement[bool]:
     """Some row of the same memory (tenant, user, agent) is under an unexpired lease.
 
     Asked as membership in the few memories being updated (found through the lease index),
@@ -250,19 +254,15 @@ def memory_leased(now: datetime) -> sa.ColumnElement[bool]:
     return sa.tuple_(*MEMORY).in_(running)
 
 
-def claimable(
-    dialect: SQLDialect,
-    limit: int,
-    now: datetime,
-    skipped: list[tuple[str, str, str]],
-    *,
-    with_marks: bool,
-) -> sa.Select[Any]:
-    """Due, unleased rows of memories with no live lease, but the ``skipped`` ones, in due
-    order (read along the ``(status, due_at)`` index, which stops at ``limit``), locked and
-    skipping rows another claim locked. ``with_marks``: each with its thread's watermark
-    (``mark_key``, ``mark_position``, NULL when it has none) read by a LEFT JOIN, so the run
-    needs no statement of its own to read it."""
+@functools.cache
+def claimable(dialect: SQLDialect, *, skipping: bool, with_marks: bool) -> sa.Select[Any]:
+    """Due (at ``now``), unleased rows of memories with no live lease, but (``skipping``)
+    the memories ``skipped`` (a list of (tenant, user, agent)), in due order (read along the
+    ``(status, due_at)`` index, which stops at ``limit``), locked and skipping rows another
+    claim locked; ``now``, ``limit`` and ``skipped`` are parameters. ``with_marks``: each with
+    its thread's watermark (``mark_key``, ``mark_position``, NULL when it has none) read by a
+    LEFT JOIN, so the run needs no statement of its own to read it."""
+    now = _NOW
     query = (
         sa.select(*KEY, pending.c.kind, pending.c.messages, pending.c.correction)
         .add_columns(pending.c.reinforcement, pending.c.generation, pending.c.attempts)
@@ -274,7 +274,7 @@ def claimable(
             ~memory_leased(now),
         )
         .order_by(pending.c.due_at)
-        .limit(limit)
+        .limit(sa.bindparam("limit", type_=sa.Integer))
     )
     if with_marks:
         joined = pending.outerjoin(
@@ -284,8 +284,8 @@ def claimable(
         query = query.select_from(joined).add_columns(
             marks.c.message_key.label("mark_key"), marks.c.position.label("mark_position")
         )
-    if skipped:
-        query = query.where(sa.tuple_(*MEMORY).not_in(skipped))
+    if skipping:
+        query = query.where(sa.tuple_(*MEMORY).not_in(sa.bindparam("skipped", expanding=True)))
     return dialect.lock_rows(query, of=pending, skip_locked=True)
 
 
@@ -362,23 +362,28 @@ class QueueRows:
 
     # work
 
-    def claimable(
-        self, limit: int, now: datetime, skipped: list[tuple[str, str, str]], *, with_marks: bool
-    ) -> sa.Select[Any]:
+    def claimable(self, *, skipping: bool, with_marks: bool) -> sa.Select[Any]:
         """:func:`claimable` of this database."""
-        return claimable(self.dialect, limit, now, skipped, with_marks=with_marks)
+        return claimable(self.dialect, skipping=skipping, with_marks=with_marks)
 
     @staticmethod
-    def advisory_locks(lock_class: int, lock_ids: Sequence[int]) -> sa.Select[Any]:
-        """Try PostgreSQL's transaction-scoped advisory lock ``(lock_class, id)`` of each id:
-        one row, a boolean per id."""
+    @functools.cache
+    def advisory_locks(count: int) -> sa.Select[Any]:
+        """Try PostgreSQL's transaction-scoped advisory lock ``(lock_class, id<n>)`` of each
+        ``n`` below ``count`` (parameters): one row, a boolean per id."""
+        lock_class = sa.bindparam("lock_class", type_=sa.Integer)
         return sa.select(
-            *(sa.func.pg_try_advisory_xact_lock(lock_class, lock_id) for lock_id in lock_ids)
+            *(
+                sa.func.pg_try_advisory_xact_lock(
+                    lock_class, sa.bindparam(f"id{n}", type_=sa.Integer)
+                )
+                for n in range(count)
+            )
         )
 
-    def lease(self, keys: Sequence[tuple[str, ...]], now: datetime) -> Any:
+    def lease(self) -> Any:
         """:func:`lease`, checking the memories where rows lock."""
-        return lease(keys, now, check_memories=self.dialect.locks_rows())
+        return lease(check_memories=self.dialect.locks_rows())
 
     @staticmethod
     def mark_failed(key: dict[str, str], problem: str) -> Any:

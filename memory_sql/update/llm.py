@@ -9,15 +9,20 @@ it); OpenAI's own needs one.
 Calls are synchronous on purpose: the updater runs them on worker threads, where they share
 no event loop (nor a loop-bound connection pool) with the agent (DeerFlow issue #2615). The
 ``openai`` client is built at the first call and reused; it is safe to share between threads.
+Each call's first try is posted on that client's own HTTP client (its kept-alive connections,
+proxies and TLS, and the SDK's headers) with the body written and the reply read as plain JSON:
+the SDK's per-call request building and reply validation cost a worker more CPU than the rest
+of an update with a model that answers at once. Retries go through the SDK itself.
 
 Every call sends ``max_tokens`` (``llm_max_tokens``; by default 2 048, sized to real replies:
 :meth:`~memory_sql.MemoryConfig.reply_token_limit`), so a runaway reply stops there
 instead of running until the server's context is full; a reply cut there comes back with
 ``finish_reason == "length"`` and its real token counts.
 
-Retries and timeouts are the ``openai`` client's own: ``llm_max_retries`` more tries after a
+Retries and timeouts are the ``openai`` client's: ``llm_max_retries`` more tries after a
 timeout, a refused connection, HTTP 408/409/429 or 5xx (with its back-off, or the server's
-``retry-after``), each try limited to ``llm_timeout_seconds``. A call can therefore take up to
+``retry-after``; a first try that fails so waits the same and hands the rest to the SDK), each
+try limited to ``llm_timeout_seconds``. A call can therefore take up to
 ``(llm_max_retries + 1) × llm_timeout_seconds`` plus back-off.
 
 Structured output (``llm_structured_output``, default ``auto``): a call given a ``schema`` sends
@@ -38,10 +43,16 @@ JSON mode. The prompt asks for JSON either way.
 
 from __future__ import annotations
 
+import http.client
+import json
 import logging
 import os
+import random
+import sys
 import threading
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -116,6 +127,12 @@ class LLMClient:
         self.structured_output = structured_output if json_mode else "off"
         self._api_key = api_key
         self._client: openai.OpenAI | None = None
+        self._http: Any = None  # the client's HTTP client (httpx's), shared with the SDK
+        self._plain: tuple[str, int, str] | None = None  # host, port, path: see _post
+        self._connections = threading.local()
+        self._opened: list[http.client.HTTPConnection] = []
+        self._headers: dict[str, str] = {}
+        self._timeout_error: type[BaseException] = TimeoutError
         self._lock = threading.Lock()
 
     @classmethod
@@ -182,13 +199,13 @@ class LLMClient:
             try:
                 if probing:
                     try:
-                        completion = self._create(client.with_options(max_retries=0), request)
+                        completion = self._send(client, request, retries=0)
                     except LLMError as exc:
                         if _rejects_format(exc) or not exc.transient or not self.max_retries:
                             raise
-                        completion = self._create(client, request)  # with the retries
+                        completion = self._send(client, request, retries=self.max_retries)
                 else:
-                    completion = self._create(client, request)
+                    completion = self._send(client, request, retries=self.max_retries)
             except LLMError as exc:
                 if position + 1 == len(ladder) or not _rejects_format(exc):
                     raise
@@ -272,8 +289,15 @@ class LLMClient:
         """Close the HTTP connections; a later :meth:`complete` opens new ones."""
         with self._lock:
             client, self._client = self._client, None
+            transport, self._http = self._http, None
         if client is not None:
             client.close()
+        if transport is not None:
+            transport.close()
+        with self._lock:
+            opened, self._opened = self._opened, []
+        for connection in opened:
+            connection.close()
 
     def __enter__(self) -> LLMClient:
         return self
@@ -310,15 +334,112 @@ class LLMClient:
             import openai
 
             try:
-                self._client = openai.OpenAI(
+                transport = openai.DefaultHttpxClient()
+                client = openai.OpenAI(
                     api_key=key,
                     base_url=self.base_url,
                     timeout=self.timeout_seconds,
                     max_retries=self.max_retries,
+                    http_client=transport,
                 )
             except openai.OpenAIError as exc:
                 raise self._error(f"cannot build the client: {exc}") from None
-            return self._client
+            # The SDK's own headers (its key, organization, project, user agent), sent by
+            # _send's first try as the SDK would send them.
+            sdk_headers = {**client.default_headers, **getattr(client, "auth_headers", {})}
+            headers = {k: v for k, v in sdk_headers.items() if isinstance(v, str)}
+            headers.setdefault("Authorization", f"Bearer {key}")
+            self._headers = {**headers, "Content-Type": "application/json"}
+            self._timeout_error = _timeout_error_of(transport)
+            self._plain = _plain_http(self.base_url)
+            self._http, self._client = transport, client
+            return client
+
+    def _send(self, client: openai.OpenAI, options: dict[str, Any], *, retries: int) -> Completion:
+        """One call of ``options`` with up to ``retries`` more tries. The first try is posted
+        on the ``openai`` client's own HTTP client (its connection pool, proxies and TLS), the
+        body written and the reply read as plain JSON: the SDK's per-call request building and
+        reply validation cost more CPU than the rest of a worker's update with an instant
+        model. A try that fails as the SDK would retry it goes on, after the SDK's back-off
+        (or the server's ``retry-after``), through the SDK with the retries left."""
+        body = _body(options)
+        try:
+            status, reason, headers, content = self._post(body)
+        except Exception as exc:
+            timed_out = isinstance(exc, (self._timeout_error, TimeoutError))
+            if retries:
+                time.sleep(_retry_delay(None))
+                return self._create(client.with_options(max_retries=retries - 1), options)
+            if timed_out:
+                raise self._error(
+                    f"timed out after {self.timeout_seconds:g} s", transient=True
+                ) from None
+            raise self._error(f"connection failed ({_root_cause(exc)})", transient=True) from None
+        if 200 <= status < 300:
+            try:
+                data = json.loads(content)
+            except ValueError:
+                raise self._error(f"the reply is not JSON (HTTP {status})") from None
+            return self._completion(data, options)
+        transient = status in (408, 409, 429) or status >= 500
+        should_retry = headers.get("x-should-retry")
+        if retries and (should_retry == "true" or (should_retry != "false" and transient)):
+            time.sleep(_retry_delay(headers))
+            return self._create(client.with_options(max_retries=retries - 1), options)
+        try:
+            error_body: Any = json.loads(content)
+        except ValueError:
+            error_body = content.decode("utf-8", "replace")
+        detail = _error_detail(error_body) or reason or ""
+        hint = " (check llm_api_key)" if status in (401, 403) else ""
+        raise self._error(f"HTTP {status}{hint}: {detail}", status=status, transient=transient)
+
+    def _post(self, body: bytes) -> tuple[int, str, Any, bytes]:
+        """POST ``body`` to the chat-completions endpoint once: the status, its reason, the
+        reply's headers (``get`` by any case) and body. To an ``http://`` endpoint reached
+        without a proxy (a model server on the network: vLLM, Ollama, llama.cpp), on this
+        thread's kept-alive connection of the standard library (a third of httpx's CPU a
+        call); to any other, on the SDK's HTTP client."""
+        if self._plain is None:
+            response = self._http.post(
+                f"{self.base_url}/chat/completions",
+                content=body,
+                headers=self._headers,
+                timeout=self.timeout_seconds,
+            )
+            return response.status_code, response.reason_phrase, response.headers, response.content
+        host, port, path = self._plain
+        connection: http.client.HTTPConnection | None = getattr(self._connections, "open", None)
+        for fresh in (connection is None, True):
+            if connection is None:
+                connection = http.client.HTTPConnection(host, port, timeout=self.timeout_seconds)
+                with self._lock:
+                    self._opened.append(connection)
+                self._connections.open = connection
+            try:
+                connection.request("POST", path, body=body, headers=self._headers)
+                response = connection.getresponse()
+                content = response.read()
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                self._drop(connection)
+                connection = None
+                if fresh:
+                    raise
+                continue  # the server closed the idle connection: once more on a new one
+            except BaseException:
+                self._drop(connection)
+                raise
+            if response.will_close:
+                self._drop(connection)
+            return response.status, response.reason, response.headers, content
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _drop(self, connection: http.client.HTTPConnection) -> None:
+        connection.close()
+        self._connections.open = None
+        with self._lock:
+            if connection in self._opened:
+                self._opened.remove(connection)
 
     def _create(self, client: openai.OpenAI, options: dict[str, Any]) -> Completion:
         import openai
@@ -332,7 +453,12 @@ class LLMClient:
         if "response_format" in options:
             extra["response_format"] = options.pop("response_format")
         try:
-            response = client.chat.completions.create(messages=[], **options, extra_body=extra)
+            raw = client.chat.completions.with_raw_response.create(
+                messages=[], **options, extra_body=extra
+            )
+            data = raw.http_response.json()
+        except ValueError:
+            raise self._error("the reply is not JSON") from None
         except openai.APITimeoutError:
             raise self._error(
                 f"timed out after {self.timeout_seconds:g} s", transient=True
@@ -350,23 +476,31 @@ class LLMClient:
             ) from None
         except openai.OpenAIError as exc:
             raise self._error(f"{type(exc).__name__}: {exc}") from None
-        choices = response.choices or []
-        if not choices:
+        return self._completion(data, options)
+
+    def _completion(self, data: Any, options: Mapping[str, Any]) -> Completion:
+        """The :class:`Completion` of a chat-completions reply body ``data`` (parsed JSON)."""
+        choices = data.get("choices") if isinstance(data, dict) else None
+        if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
             raise self._error("the reply has no choices")
         choice = choices[0]
-        text = choice.message.content if choice.message is not None else None
+        finish_reason = choice.get("finish_reason")
+        message = choice.get("message")
+        text = message.get("content") if isinstance(message, dict) else None
         if not isinstance(text, str) or not text:
-            if choice.finish_reason == "length":  # all of it went to reasoning: a cut reply
+            if finish_reason == "length":  # all of it went to reasoning: a cut reply
                 text = ""
             else:
-                raise self._error(f"the reply has no text (finish_reason {choice.finish_reason!r})")
-        usage = response.usage
+                raise self._error(f"the reply has no text (finish_reason {finish_reason!r})")
+        usage = data.get("usage")
+        usage = usage if isinstance(usage, dict) else {}
+        model = data.get("model")
         completion = Completion(
             text=text,
-            prompt_tokens=_count(getattr(usage, "prompt_tokens", None)),
-            completion_tokens=_count(getattr(usage, "completion_tokens", None)),
-            model=response.model or self.model or "",
-            finish_reason=choice.finish_reason,
+            prompt_tokens=_count(usage.get("prompt_tokens")),
+            completion_tokens=_count(usage.get("completion_tokens")),
+            model=model if isinstance(model, str) and model else self.model or "",
+            finish_reason=finish_reason if isinstance(finish_reason, str) else None,
         )
         if completion.cut:
             logger.warning(
@@ -398,9 +532,42 @@ _LADDER = (_JSON_SCHEMA, _JSON_OBJECT_SCHEMA, _JSON_OBJECT, _NO_FORMAT)
 _SETTLED: dict[tuple[str, str | None, bool], str] = {}
 _SETTLED_LOCK = threading.Lock()
 SCHEMA_NAME = "memory_update"
+# (step, id(schema)) -> (schema, its response_format, that as JSON), for _body.
+_FORMATS: dict[tuple[str, int], tuple[Any, dict[str, Any], str]] = {}
+_FORMATS_LOCK = threading.Lock()
 
 
 def _response_format(step: str, schema: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The ``response_format`` of ``step``, the same object for the same step and ``schema``
+    object (a few kept), its JSON written once (:func:`_body`)."""
+    key = (step, id(schema))
+    with _FORMATS_LOCK:
+        kept = _FORMATS.get(key)
+    if kept is not None and kept[0] is schema:
+        return kept[1]
+    form = _new_response_format(step, schema)
+    with _FORMATS_LOCK:
+        if len(_FORMATS) >= 16:
+            _FORMATS.clear()
+        _FORMATS[key] = (schema, form, json.dumps(form))
+    return form
+
+
+def _body(options: Mapping[str, Any]) -> bytes:
+    """``options`` as a JSON request body, a ``response_format`` of :func:`_response_format`
+    spliced in as the JSON it kept (the update's schema is most of a request's bytes)."""
+    form = options.get("response_format")
+    written = None
+    if form is not None:
+        with _FORMATS_LOCK:
+            written = next((k[2] for k in _FORMATS.values() if k[1] is form), None)
+    if written is None:
+        return json.dumps(options).encode("utf-8")
+    rest = json.dumps({k: v for k, v in options.items() if k != "response_format"})
+    return f'{rest[:-1]}, "response_format": {written}}}'.encode()
+
+
+def _new_response_format(step: str, schema: Mapping[str, Any] | None) -> dict[str, Any]:
     if step == _JSON_SCHEMA:
         return {
             "type": "json_schema",
@@ -416,6 +583,45 @@ def _rejects_format(exc: LLMError) -> bool:
     if exc.status in (400, 422):
         return True
     return exc.status == 500 and "response_format" in str(exc)
+
+
+def _retry_delay(headers: Any) -> float:
+    """The ``openai`` client's wait before its first retry: the server's ``retry-after-ms`` or
+    ``retry-after`` (seconds) when given and at most 60 s, else half a second less up to a
+    quarter (jitter)."""
+    if headers is not None:
+        for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+            try:
+                seconds = float(headers.get(name) or "") * scale
+            except ValueError:
+                continue
+            if 0 < seconds <= 60:
+                return seconds
+    return 0.5 * (1 - 0.25 * random.random())
+
+
+def _plain_http(base_url: str) -> tuple[str, int, str] | None:
+    """(host, port, path) of the chat-completions endpoint under ``base_url`` when it is
+    ``http://`` and no proxy applies to it (the environment's, as httpx reads them)."""
+    parts = urllib.parse.urlsplit(base_url)
+    if parts.scheme != "http" or not parts.hostname:
+        return None
+    proxies = urllib.request.getproxies()
+    if ("http" in proxies or "all" in proxies) and not urllib.request.proxy_bypass(parts.hostname):
+        return None
+    if parts.username or parts.password or parts.query:
+        return None
+    return parts.hostname, parts.port or 80, f"{parts.path}/chat/completions"
+
+
+def _timeout_error_of(transport: Any) -> type[BaseException]:
+    """The timeout exception of the httpx package ``transport`` (an HTTP client) comes from."""
+    for kind in type(transport).__mro__:
+        package = sys.modules.get(kind.__module__.split(".")[0])
+        error = getattr(package, "TimeoutException", None)
+        if isinstance(error, type) and issubclass(error, BaseException):
+            return error
+    return TimeoutError
 
 
 def _count(value: Any) -> int:
@@ -469,7 +675,7 @@ def probe(llm: LLMClient, schema: Mapping[str, Any], *, max_tokens: int = 16) ->
     Raises:
         LLMError: no model, or no key for OpenAI's own API, is configured.
     """
-    client = llm._openai().with_options(max_retries=0)
+    client = llm._openai()
     messages = [{"role": "user", "content": 'Reply with the JSON object {"ok": true}.'}]
     steps: list[ProbeStep] = []
     for step in _LADDER:
@@ -483,7 +689,7 @@ def probe(llm: LLMClient, schema: Mapping[str, Any], *, max_tokens: int = 16) ->
             request["response_format"] = _response_format(step, schema)
         started = time.monotonic()
         try:
-            llm._create(client, request)
+            llm._send(client, request, retries=0)
         except LLMError as exc:
             cut = exc.status is None and "finish_reason 'length'" in str(exc)
             steps.append(ProbeStep(step, cut, time.monotonic() - started, None if cut else exc))

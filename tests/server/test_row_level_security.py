@@ -578,3 +578,27 @@ def test_the_worker_updates_each_tenant_under_row_level_security(
     assert stored == {(tenant, USERS[tenant], fact) for tenant, fact in LEARNED.items()}
     assert queued == []  # as the owner, whom no policy hides a row from
     assert sorted(calls) == ["A", "B"]
+
+
+def test_readyz_is_503_while_the_database_refuses_the_service(
+    tmp_path: Path, app_role: AppRole, owner_engine: Engine
+) -> None:
+    """A database that answers and refuses (the role's grant on the schema's revision taken
+    away) is no outage to spool through: not ready, though the spool has room, until the grant
+    is back; the answer names no table, role or host."""
+    settings = {"storage": app_role.url, "spool_dir": str(tmp_path / "spool")}
+    with ServiceProcess(tmp_path, settings, with_worker=False) as service, service.client() as http:
+        assert http.get("/readyz").status_code == 200
+        with owner_engine.begin() as conn:
+            conn.exec_driver_sql(f'REVOKE SELECT ON alembic_version FROM "{app_role.name}"')
+        refused = http.get("/readyz")
+        assert refused.status_code == 503, refused.text
+        assert refused.json()["error"]["code"] == "database_refused"
+        for leak in ("alembic_version", app_role.name, "127.0.0.1", "permission denied"):
+            assert leak not in refused.text
+        assert "permission denied" in service.log
+        assert http.get("/healthz").status_code == 200
+        with owner_engine.begin() as conn:
+            conn.exec_driver_sql(f'GRANT SELECT ON alembic_version TO "{app_role.name}"')
+        assert http.get("/readyz").status_code == 200
+        assert "Traceback" not in service.log

@@ -11,9 +11,10 @@ refused.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 
 from ... import migrations
 from ...driver_errors import is_unavailable
@@ -23,6 +24,7 @@ from ..metrics import CONTENT_TYPE
 from ..state import State
 
 router = APIRouter(tags=["operations"])
+logger = logging.getLogger("memory_sql.server")
 
 
 @router.get("/healthz", summary="The process is up")
@@ -41,17 +43,25 @@ READY_SPOOL_FRACTION = 0.9
     "database is away, still 200 (conversations are spooled, `database` is `unavailable`, "
     "and a `warning`, also a `Warning` header, says so) until the spool holds 90 % of its "
     "bound (`spool_max_conversations`); then, or with no spool, 503 `database_unavailable`. "
+    "A database that answers and refuses the service's statements (a permission taken "
+    "away) is no outage to spool through: 503 `database_refused`. "
     "With no memory LLM model configured the service is ready all the same (conversations "
     "are kept), and the `warning` says that updates wait until one is. `/healthz` says only "
     "that the process answers.",
 )
-def readyz(state: State, response: Response) -> dict[str, Any]:
+def readyz(state: State, request: Request, response: Response) -> dict[str, Any]:
     head = state.head_revision
     try:
         current = migrations.current_revision(state.engine)
     except StorageError as exc:
         if not is_unavailable(exc):
-            raise  # the database answers, and refuses: not an outage to spool through
+            request_id = getattr(request.state, "request_id", "-")
+            logger.error("not ready, the database refuses: %s", " ".join(str(exc).split()))
+            raise ApiError(
+                503,
+                "database_refused",
+                f"the database refuses the service's statements (request id {request_id})",
+            ) from exc
         return _spooling(state, response, exc)
     if current != head:
         raise ApiError(
