@@ -6,9 +6,9 @@ paid an entry in each), and on PostgreSQL the facts' pages keep room for HOT upd
   purge reads ``ix_memory_facts_tenant_valid_to``).
 - ``ix_memory_facts_scope_confidence`` (live facts of one memory by confidence): the primary
   key and the live partial unique index ``uq_memory_facts_live_content_key`` find the same
-  rows by the same scope prefix, for a load and for a search of one memory, and a memory's live facts are few
-  (``eviction.max_facts``, at most 10 000) to order; injection and eviction order them in
-  Python.
+  rows by the same scope prefix, for a load and for a search of one memory, and a memory's
+  live facts are few (``eviction.max_facts``, at most 10 000) to order; injection and
+  eviction order them in Python.
 - ``ix_memory_fact_events_tenant_occurred_at``: the activity report filters on the UTC day
   of ``occurred_at``, an expression the index does not hold, so it served only the tenant
   prefix, which the events' primary key (``tenant_id`` first) serves as well.
