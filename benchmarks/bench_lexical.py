@@ -33,13 +33,14 @@ import sqlalchemy as sa
 from _common import analyze, fmt, percentile, scratch_postgres
 
 import memory_sql
-import memory_sql.ops.search as ops_search
+import memory_sql.storage.fact_search as fact_search
 import memory_sql.storage.sql as sql_storage
 from memory_sql import MemoryConfig, MemoryService
 from memory_sql.database import create_engine
 from memory_sql.ops import search_facts
 from memory_sql.scope import Scope
-from memory_sql.storage import search
+from memory_sql.storage import dialects, search
+from memory_sql.storage.dialects import dialect_of
 from memory_sql.text_search import query_terms
 
 WHOLE, PREFIX = "whole terms", "prefixes"
@@ -51,19 +52,20 @@ def whole_terms_match(
     """``search.match_facts`` as it was before #31: whole terms only."""
     if not terms:
         return []
+    dialect = dialect_of(engine)
     if engine.dialect.name == "postgresql":
         params = {
-            "memory": search._quoted_lexeme(search.pg_scope_term(scope)),
+            "memory": dialects._quoted_lexeme(search.pg_scope_term(scope)),
             "config": search.text_search_config(engine),
-            "query": " | ".join(search._quoted_lexeme(term) for term in terms),
+            "query": " | ".join(dialects._quoted_lexeme(term) for term in terms),
             "most": search.MAX_MATCHING,
         }
-        rows = search._rows(engine, search._PG_MATCHING, params)
+        rows = search._rows(engine, dialect, params)
         key = (scope.tenant_id, scope.user_id, scope.agent_key)
         own = [(row[0], row[1]) for row in rows if tuple(row[2:]) == key]
         return exact_bm25(own, terms, limit=limit, facts=facts)
-    alternatives = " OR ".join(search._quoted_phrase(term) for term in terms)
-    own_term = search._quoted_phrase(search.scope_term(scope))
+    alternatives = " OR ".join(dialects._quoted_phrase(term) for term in terms)
+    own_term = dialects._quoted_phrase(search.scope_term(scope))
     params = {
         "tenant": scope.tenant_id,
         "user": scope.user_id,
@@ -71,7 +73,7 @@ def whole_terms_match(
         "match": f"scope_key : {own_term} AND search_text : ({alternatives})",
         "limit": limit,
     }
-    return [(r[0], float(r[1])) for r in search._rows(engine, search._SQLITE_MATCH, params)]
+    return [(r[0], float(r[1])) for r in search._rows(engine, dialect, params)]
 
 
 def exact_bm25(
@@ -86,10 +88,10 @@ def exact_bm25(
 def rank_cd_condition(engine: sa.Engine, terms: Sequence[str]) -> tuple[Any, Any]:
     """PostgreSQL search before #31: ``ts_rank_cd`` of the whole query, no term weights."""
     condition, _ = search.search_condition(engine, terms)
-    text = " & ".join(search._quoted_lexeme(term) + ":*" for term in terms)
-    config = sa.cast(search.text_search_config(engine), search._REGCONFIG)
-    query = sa.func.to_tsquery(config, text, type_=search._TSQUERY)
-    vector = sa.literal_column("memory_facts.search_vector", search._TSVECTOR)
+    text = " & ".join(dialects._quoted_lexeme(term) + ":*" for term in terms)
+    config = sa.cast(search.text_search_config(engine), dialects._REGCONFIG)
+    query = sa.func.to_tsquery(config, text, type_=dialects._TSQUERY)
+    vector = sa.literal_column("memory_facts.search_vector", dialects._TSVECTOR)
     return condition, sa.func.ts_rank_cd(vector, query)
 
 
@@ -98,12 +100,12 @@ def arm(name: str) -> Iterator[None]:
     if name == PREFIX:
         yield
         return
-    sql_storage.match_facts, ops_search.search_condition = whole_terms_match, rank_cd_condition
+    sql_storage.match_facts, fact_search.search_condition = whole_terms_match, rank_cd_condition
     try:
         yield
     finally:
         sql_storage.match_facts = search.match_facts
-        ops_search.search_condition = search.search_condition
+        fact_search.search_condition = search.search_condition
 
 
 def interleaved(sides: dict[str, Callable[[], object]], number: int) -> dict[str, list[float]]:
