@@ -243,12 +243,14 @@ def test_the_instruction_check_finds_what_the_whole_pattern_finds(pieces, gaps, 
     assert instruction_in(text) == (None if whole is None else whole.group(0).strip())
 
 
-@pytest.mark.parametrize("text", _WORDED)
-def test_the_instruction_check_agrees_with_the_whole_pattern_on_the_corpus(text):
-    for spelling in spellings(text):
+def test_the_instruction_check_agrees_with_the_whole_pattern_on_the_corpus():
+    found = 0
+    for spelling in (spelling for text in _WORDED for spelling in spellings(text)):
         whole = _INSTRUCTION.search(spelling) or _STEERING.search(spelling)
         expected = None if whole is None else whole.group(0).strip()
         assert instruction_in(spelling) == expected, spelling
+        found += expected is not None
+    assert found > 500  # the corpus's instructions, in their spellings, are found
 
 
 def test_the_block_opens_with_the_fixed_preamble_and_redacts_old_text():
