@@ -150,10 +150,7 @@ def _first_gated(text: str) -> re.Match[str] | None:
     low = text.lower()
     first: re.Match[str] | None = None
     for pattern, anchors in _GATED:
-        for anchor in anchors:
-            if anchor in low:
-                break
-        else:
+        if not any(map(low.__contains__, anchors)):
             continue
         found = pattern.search(text)
         if found is not None and (first is None or found.start() < first.start()):
