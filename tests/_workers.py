@@ -87,11 +87,15 @@ def run_service_killed_at(url, llm_base_url, point, results, timeout=60.0) -> No
 
     - ``before_save``: the LLM replied, the save has not begun;
     - ``before_commit``: inside the save's transaction, the queue row completed, not committed
-      (SQL stores only: the completion runs inside the save);
+      (SQL stores only: the completion runs inside the save). PostgreSQL writes the save and
+      the completion in one statement, which has no such point (it commits whole or not at
+      all): here the save takes its transactional form, as it does for a change that needs
+      ordered writes;
     - ``after_commit``: the save returned (committed), before anything else happens.
 
     The hooks wrap the storage and queue classes in this process only. Should the process
     outlive ``timeout`` (the point never came), it reports ``(pid, status)`` and exits."""
+    import dataclasses
     import os
     import signal
     import time
@@ -120,6 +124,12 @@ def run_service_killed_at(url, llm_base_url, point, results, timeout=60.0) -> No
             die()
         return version
 
+    original_completion = UpdateQueue.completion
+
+    def completion(self, item, mark, saved):
+        with_save = original_completion(self, item, mark, saved)
+        return dataclasses.replace(with_save, ctes=None) if point == "before_commit" else with_save
+
     def complete_on(self, conn, item, mark=None):
         completed = original_complete_on(self, conn, item, mark)
         if point == "before_commit":
@@ -128,6 +138,7 @@ def run_service_killed_at(url, llm_base_url, point, results, timeout=60.0) -> No
 
     store_class.save = save
     UpdateQueue.complete_on = complete_on
+    UpdateQueue.completion = completion
     config = MemoryConfig(
         storage=url,
         model_name="test-model",

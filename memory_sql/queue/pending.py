@@ -46,7 +46,7 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -65,6 +65,7 @@ from ..storage import watermarks
 from ..storage.dialects import dialect_of
 from ..storage.queue_rows import QueueRows
 from ..storage.watermarks import Mark
+from ..storage.with_save import WithTheSave
 from ..tenancy import ALL_TENANTS, acting_for
 
 logger = logging.getLogger(__name__)
@@ -501,6 +502,35 @@ class UpdateQueue:
                 "is no longer leased to this worker"
             )
         return False
+
+    def completion(
+        self, item: PendingUpdate, mark: Mark | None, saved: Callable[[], object]
+    ) -> WithTheSave:
+        """:meth:`complete_on` as writes that commit with a memory's save (in its statement
+        where the database writes in CTEs); ``saved`` is called once they committed."""
+        parts = self._rows.completion_in_one_statement(with_mark=mark is not None)
+        if parts is None:
+            return WithTheSave(
+                write=lambda conn: self.complete_on(conn, item, mark), ctes=None, saved=saved
+            )
+        requires, ctes = parts
+        key = _key_values(item.scope, item.thread_id, item.kind)
+        parameters: dict[str, Any] = {
+            **{f"q_{name}": value for name, value in key.items()},
+            "q_owner": self.owner,
+            "q_generation": item.generation,
+        }
+        if mark is not None:
+            parameters.update(
+                q_message_key=mark.message_key, q_position=mark.position, q_now=utcnow()
+            )
+        return WithTheSave(
+            write=lambda conn: self.complete_on(conn, item, mark),
+            ctes=ctes,
+            requires=requires,
+            parameters=parameters,
+            saved=saved,
+        )
 
     @reconnecting
     def postpone(

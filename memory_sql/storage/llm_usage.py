@@ -8,6 +8,7 @@ The ``llm_budgets`` capability of a SQL storage (:mod:`.capabilities`); the budg
 
 from __future__ import annotations
 
+import json
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -22,6 +23,7 @@ from ..schema import memory_llm_budget_holds, memory_llm_calls, memory_llm_rejec
 from ..scope import Scope
 from ..tenancy import acting_for
 from .dialects import dialect_of
+from .with_save import WithTheSave
 
 _INSERT_CALL = memory_llm_calls.insert()
 """The usage row of one LLM call (its values bound per call: one compiled statement)."""
@@ -102,6 +104,42 @@ def record_call(
     connection.execute(_INSERT_CALL, dict(call))
     if rejected:
         connection.execute(memory_llm_rejections.insert(), [dict(row) for row in rejected])
+
+
+_CALL_IN_ONE_STATEMENT = f"""llm_call AS (
+    INSERT INTO {memory_llm_calls.name}
+    SELECT * FROM json_populate_record(NULL::{memory_llm_calls.name}, %(llm_call)s::json)
+    WHERE EXISTS (SELECT FROM head)
+)"""
+"""The usage row as one JSON parameter: psycopg converts (and caches) the text of a statement
+of at most 50 parameters only, and the save's fact and queue row take most of those."""
+
+
+def _json(row: Mapping[str, Any]) -> str:
+    return json.dumps({n: v.isoformat() if isinstance(v, datetime) else v for n, v in row.items()})
+
+
+def call_with_the_save(
+    engine: Engine,
+    call: Mapping[str, Any],
+    rejected: Sequence[Mapping[str, Any]],
+    saved: Callable[[], object],
+) -> WithTheSave:
+    """:func:`record_call` as writes that commit with a memory's save: in its one statement
+    where the database writes in CTEs and no reply part was refused (``call`` holding every
+    column); ``saved`` is called once they committed."""
+
+    def write(connection: Connection) -> None:
+        record_call(connection, call, rejected)
+
+    if rejected or not dialect_of(engine).writes_in_ctes:
+        return WithTheSave(write=write, ctes=None, saved=saved)
+    return WithTheSave(
+        write=write,
+        ctes=(_CALL_IN_ONE_STATEMENT,),
+        parameters={"llm_call": _json(call)},
+        saved=saved,
+    )
 
 
 def has_table(engine: Engine, table: str, on_missing: Callable[[], None] | None = None) -> bool:

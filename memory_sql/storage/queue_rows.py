@@ -238,6 +238,41 @@ def delete_run_moving_mark(dialect: SQLDialect) -> Any:
     return DELETE_RUN.add_cte(moved)
 
 
+_Q_KEY = " AND ".join(f"{name} = %(q_{name})s" for name in KEY_COLUMNS)
+_COMPLETION_REQUIRES = (
+    (
+        "leased",
+        f"""
+    SELECT FROM {pending.name} WHERE {_Q_KEY} AND lease_owner = %(q_owner)s FOR UPDATE""",
+    ),
+)
+_COMPLETION_CTES = (
+    f"""completed AS (
+    DELETE FROM {pending.name}
+    WHERE {_Q_KEY} AND generation = %(q_generation)s AND lease_owner = %(q_owner)s
+      AND EXISTS (SELECT FROM head)
+)""",
+    # a newer conversation arrived during the run: as release_for_newer
+    f"""released AS (
+    UPDATE {pending.name} SET lease_owner = NULL, lease_until = NULL, attempts = 0,
+        last_error = NULL, first_enqueued_at = last_enqueued_at
+    WHERE {_Q_KEY} AND generation <> %(q_generation)s AND lease_owner = %(q_owner)s
+      AND EXISTS (SELECT FROM head)
+)""",
+)
+_MARK_KEY = ", ".join(KEY_COLUMNS[:4])
+_MARK_CTE = (
+    f"""marked AS (
+    INSERT INTO {marks.name} ({_MARK_KEY}, message_key, position, updated_at)
+    SELECT {", ".join(f"%(q_{name})s" for name in KEY_COLUMNS[:4])},
+           %(q_message_key)s, %(q_position)s, %(q_now)s
+    WHERE EXISTS (SELECT FROM head)
+    ON CONFLICT ({_MARK_KEY}) DO UPDATE SET message_key = excluded.message_key,
+        position = excluded.position, updated_at = excluded.updated_at
+)""",
+)
+
+
 def unleased(now: datetime | sa.BindParameter[Any]) -> sa.ColumnElement[bool]:
     return sa.or_(pending.c.lease_until.is_(None), pending.c.lease_until < now)
 
@@ -407,6 +442,19 @@ class QueueRows:
         """:data:`DELETE_RUN`, moving the watermark in the same statement (``with_mark``, a
         database that writes in CTEs)."""
         return delete_run_moving_mark(self.dialect) if with_mark else DELETE_RUN
+
+    def completion_in_one_statement(
+        self, *, with_mark: bool
+    ) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]] | None:
+        """:meth:`complete` (and, a newer conversation waiting, :meth:`release_for_newer`) as
+        parts of a memory save's one statement (:class:`~.with_save.WithTheSave`), None
+        where the database does not write in CTEs: the row locked while leased to the owner
+        (the save's claim needs it), then deleted, or released, and the watermark moved, with
+        the save. Parameters: ``q_<key column>``, ``q_owner``, ``q_generation`` and, with the
+        mark, ``q_message_key``, ``q_position``, ``q_now``."""
+        if not self.dialect.writes_in_ctes:
+            return None
+        return _COMPLETION_REQUIRES, _COMPLETION_CTES + (_MARK_CTE if with_mark else ())
 
     @staticmethod
     def release_for_newer(key: dict[str, str], owner: str) -> Any:

@@ -63,6 +63,7 @@ from .driver import (
 )
 from .redactions import record_redactions
 from .search import match_facts
+from .with_save import WithTheSave, with_the_save
 
 
 def _in_scope(table: sa.Table) -> sa.ColumnElement[bool]:
@@ -310,11 +311,15 @@ def _writable_at_once(changes: Changes) -> bool:
 _HEAD_UPDATE = """
     UPDATE memory_scopes SET version = version + 1, updated_at = %(now)s
     WHERE tenant_id = %(tenant)s AND user_id = %(user)s AND agent_name = %(agent)s
-      AND version = %(expected)s AND created_at = %(created_at)s
-    RETURNING created_at"""
+      AND version = %(expected)s AND created_at = %(created_at)s"""
 _HEAD_INSERT = """
     INSERT INTO memory_scopes (tenant_id, user_id, agent_name, version, created_at, updated_at)
     VALUES (%(tenant)s, %(user)s, %(agent)s, 1, %(now)s, %(now)s)
+    ON CONFLICT DO NOTHING
+    RETURNING created_at"""
+_HEAD_INSERT_IF = """
+    INSERT INTO memory_scopes (tenant_id, user_id, agent_name, version, created_at, updated_at)
+    SELECT %(tenant)s, %(user)s, %(agent)s, 1, %(now)s, %(now)s WHERE {needed}
     ON CONFLICT DO NOTHING
     RETURNING created_at"""
 _SCOPED = "tenant_id = %(tenant)s AND user_id = %(user)s AND agent_name = %(agent)s"
@@ -387,12 +392,24 @@ _WRITES = {
 
 
 @functools.lru_cache(maxsize=256)
-def _one_statement_sql(first: bool, writes: tuple[str, ...]) -> str:
+def _one_statement_sql(
+    first: bool,
+    writes: tuple[str, ...],
+    requires: tuple[tuple[str, str], ...] = (),
+    companions: tuple[str, ...] = (),
+) -> str:
     """The text of a save that writes ``writes`` (names of :data:`_WRITES`, or
     ``updated_one:<columns>`` for one fact's update of those columns): only the parts a change
-    needs, so the server plans no empty sub-statement."""
-    head = _HEAD_INSERT if first else _HEAD_UPDATE
-    ctes = [f"head AS ({head}\n)"]
+    needs, so the server plans no empty sub-statement. ``requires`` and ``companions``: the
+    parts of a :class:`~.with_save.WithTheSave` (the claim gated on the first, the second
+    gated on the claim)."""
+    needed = " AND ".join(f"EXISTS (SELECT FROM {name})" for name, _ in requires)
+    if first:
+        head = _HEAD_INSERT_IF.format(needed=needed) if needed else _HEAD_INSERT
+    else:
+        head = _HEAD_UPDATE + (f" AND {needed}" if needed else "") + "\n    RETURNING created_at"
+    ctes = [f"{name} AS ({select}\n)" for name, select in requires]
+    ctes.append(f"head AS ({head}\n)")
     for name in writes:
         if name.startswith("updated_one:"):
             ctes.append(f"updated_one AS ({_update_one_sql(name.split(':')[1].split(','))}\n)")
@@ -400,6 +417,7 @@ def _one_statement_sql(first: bool, writes: tuple[str, ...]) -> str:
             ctes.append(f"updated AS ({_update_many_sql(name.split(':')[1].split(','))}\n)")
         else:
             ctes.append(f"{name} AS ({_WRITES[name]}\n)")
+    ctes.extend(companions)
     return "WITH " + ",\n".join(ctes) + "\nSELECT created_at FROM head"
 
 
@@ -924,30 +942,35 @@ class SQLStorage(MemoryStorage):
         agent_name: str | None = None,
         tenant_id: str | None = None,
         expected_version: int | None = None,
-        in_transaction: Callable[[Connection], object] | None = None,
+        in_transaction: Callable[[Connection], object] | WithTheSave | None = None,
     ) -> int:
         """:meth:`MemoryStorage.save`, and ``in_transaction``: when the save writes, it is
         called with the save's connection after the rows are written and before the commit,
         so what it writes commits with the save, and an exception it raises rolls the whole
-        save back (and is raised). It is not called when nothing changed."""
+        save back (and is raised). It is not called when nothing changed. A
+        :class:`~.with_save.WithTheSave` may instead go into PostgreSQL's one statement."""
         # A fact id given twice makes the save insert an id the table holds (or inserts twice):
         # its primary key refuses it, and _errors names the id. Not counted here at each save.
         scope, expected = _checked_save(
             doc, user_id, agent_name, tenant_id, expected_version, fact_ids=False
         )
-        return self._save(scope, doc, expected, in_transaction)
+        return self._save(scope, doc, expected, with_the_save(in_transaction))
 
     def _save(
         self,
         scope: Scope,
         doc: MemoryDocument,
         expected_version: int,
-        in_transaction: Callable[[Connection], object] | None = None,
+        with_save: WithTheSave | None = None,
     ) -> int:
         now = utcnow()
-        if in_transaction is None and (self._postgres or self._unobserved()):
-            saved = self._save_from_cache(scope, doc, expected_version, now)
+        if (with_save is None and self._unobserved()) or (
+            self._postgres and (with_save is None or with_save.in_one_statement)
+        ):
+            saved = self._save_from_cache(scope, doc, expected_version, now, with_save)
             if saved is not None:
+                if with_save is not None:
+                    with_save.committed()
                 return saved
         make_way = False
         while True:
@@ -967,20 +990,27 @@ class SQLStorage(MemoryStorage):
                         raise _IdTaken from exc  # rolled back; again, making way
                     if changes.redactions:
                         record_redactions(conn, scope.tenant_id, "write", changes.redactions)
-                    if in_transaction is not None:
-                        in_transaction(conn)
+                    if with_save is not None:
+                        with_save.write_on(conn)
             except _IdTaken:
                 make_way = True
                 continue
             break
         stored = apply_changes(base, changes, new_version, now)
         self._cache.put(scope, (new_version, created_at), stored)
+        if with_save is not None:
+            with_save.committed()
         if changes.redactions and self.guard is not None:
             self.guard.saved(scope, changes.redactions)
         return new_version
 
     def _save_from_cache(
-        self, scope: Scope, doc: MemoryDocument, expected_version: int, now: datetime
+        self,
+        scope: Scope,
+        doc: MemoryDocument,
+        expected_version: int,
+        now: datetime,
+        with_save: WithTheSave | None = None,
     ) -> int | None:
         """A save from the stored document at ``expected_version`` the cache holds (its
         creation time goes into the version check, so a scope deleted and made again never
@@ -988,7 +1018,9 @@ class SQLStorage(MemoryStorage):
         SQLite. Returns None, having written nothing, when the cache lacks the document, the
         check fails or the change needs ordered writes on PostgreSQL: :meth:`_save` then takes
         the transactional path, which reads the base in its transaction and tells a real
-        conflict from a stale cache entry."""
+        conflict from a stale cache entry. ``with_save`` (its one-statement form) goes into
+        PostgreSQL's statement; a change of nothing is left to the transactional path with
+        it, which writes nothing (and calls nothing)."""
         cached = self._cached_base(scope, expected_version, now)
         if cached is None:
             return None
@@ -997,12 +1029,14 @@ class SQLStorage(MemoryStorage):
         if changes.redactions:  # counted in the save's transaction: the transactional path
             return None
         if not changes:  # nothing to write, if the memory is still at that version
+            if with_save is not None:
+                return None
             return expected_version if self._still_at(scope, expected_version, created_at) else None
         new_version = expected_version + 1
         try:
             if self._postgres:
                 written = self._write_in_one_statement(
-                    scope, changes, expected_version, created_at, now
+                    scope, changes, expected_version, created_at, now, with_save
                 )
             else:
                 written = self._write_by_driver_on_sqlite(
@@ -1028,24 +1062,32 @@ class SQLStorage(MemoryStorage):
         expected_version: int,
         created_at: datetime,
         now: datetime,
+        with_save: WithTheSave | None = None,
     ) -> bool:
         """PostgreSQL: the save as one statement (data-modifying CTEs, every write gated on the
         version check), in autocommit: one round trip, atomic as any statement is. False,
-        having written nothing, when the check fails or the change needs ordered writes (facts
-        trading keys, a key freed and taken in one save)."""
+        having written nothing, when the check fails (or a part ``with_save`` requires finds
+        no row) or the change needs ordered writes (facts trading keys, a key freed and taken
+        in one save)."""
         if not _writable_at_once(changes):
             return False
         parameters, writes = _one_statement_parameters(
             scope, changes, expected_version, created_at, now
         )
-        statement = _one_statement_sql(expected_version == 0, writes)
+        requires: tuple[tuple[str, str], ...] = ()
+        companions: tuple[str, ...] = ()
+        if with_save is not None:
+            assert with_save.ctes is not None
+            requires, companions = with_save.requires, with_save.ctes
+            parameters.update(with_save.parameters)
+        statement = _one_statement_sql(expected_version == 0, writes, requires, companions)
         if self._unobserved():
             with self._driver(raising=True) as dbapi:
                 won = dbapi.execute(statement, parameters).fetchall()
         else:
             with self._reader() as conn:
                 won = conn.exec_driver_sql(statement, parameters).all()
-        if not won:  # another version, or another scope's incarnation: nothing written
+        if not won and with_save is None:  # another version or incarnation: nothing written
             self._cache.drop(scope)
         return bool(won)
 

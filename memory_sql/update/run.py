@@ -23,7 +23,6 @@ import logging
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from ..config import MemoryConfig
 from ..errors import LeaseLostError, MemorySQLError
@@ -165,12 +164,9 @@ class UpdateRun:
         completed = False
         moved = False
 
-        def complete_with_the_save(connection: Any) -> None:
+        def completed_with_the_save() -> None:
             nonlocal completed, moved
-            # The watermark moves with the completion (one statement where the database
-            # writes in CTEs).
-            self.queue.complete_on(connection, item, mark)
-            moved = mark is not None
+            moved = mark is not None  # the watermark moves with the completion
             completed = True
 
         for number, part in enumerate(parts, 1):
@@ -184,7 +180,7 @@ class UpdateRun:
                     correction_detected=item.signals.correction,
                     reinforcement_detected=item.signals.reinforcement,
                     reply=_stored_reply(item) if single else None,
-                    in_transaction=complete_with_the_save
+                    in_transaction=self.queue.completion(item, mark, completed_with_the_save)
                     if last and self.completes_in_save
                     else None,
                     context=context if number == 1 else (),

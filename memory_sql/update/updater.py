@@ -87,6 +87,7 @@ from ..scope import Scope, check_thread_id
 from ..storage import llm_usage
 from ..storage.base import MemoryStorage
 from ..storage.capabilities import Capability, has, require
+from ..storage.with_save import WithTheSave, with_the_save
 from ..tokens import make_token_counter
 from . import review
 from .dedupe import SemanticDedupe
@@ -540,7 +541,7 @@ class MemoryUpdater:
         correction_detected: bool = False,
         reinforcement_detected: bool = False,
         reply: MemoryUpdate | None = None,
-        in_transaction: Callable[[Any], object] | None = None,
+        in_transaction: Callable[[Any], object] | WithTheSave | None = None,
         context: Sequence[Message] = (),
         attempt: int = 1,
     ) -> UpdateResult:
@@ -608,7 +609,7 @@ class _Run:
         updater: MemoryUpdater,
         scope: Scope,
         thread_id: str,
-        in_transaction: Callable[[Any], object] | None,
+        in_transaction: Callable[[Any], object] | WithTheSave | None,
         attempt: int = 1,
     ) -> None:
         self.config = updater.config
@@ -855,19 +856,22 @@ class _Run:
     def save_options(self) -> dict[str, Any]:
         """The save's ``in_transaction``: the usage row of this run's LLM call, then the
         caller's own writes, all committed with the save."""
+        outer = with_the_save(self.in_transaction)
         if self.usage is None or not _keeps_usage(self.storage):
-            return {} if self.in_transaction is None else {"in_transaction": self.in_transaction}
-        outer = self.in_transaction
+            return {} if outer is None else {"in_transaction": outer}
 
-        def write_with_the_save(connection: Any) -> None:
-            self.record_on(connection, "ok", None)
-            self.usage_in_save = True  # written once the save commits
-            if outer is not None:
-                outer(connection)
+        def written() -> None:
+            self.usage_in_save = True
 
-        return {"in_transaction": write_with_the_save}
+        call, rejected = self.usage_rows("ok", None)
+        engine = require(self.storage, Capability.LLM_BUDGETS)
+        usage = llm_usage.call_with_the_save(engine, call, rejected, written)
+        return {"in_transaction": usage if outer is None else usage + outer}
 
-    def record_on(self, connection: Any, outcome: str, error: str | None) -> None:
+    def usage_rows(
+        self, outcome: str, error: str | None
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """The usage row of this run's LLM call, and the rows of its refused reply parts."""
         usage = self.usage
         assert usage is not None
         ok = outcome == "ok"
@@ -904,7 +908,7 @@ class _Run:
                 }
                 for reason, items in self.call_rejected.items()
             ]
-        llm_usage.record_call(connection, call, rejected)
+        return call, rejected
 
     def record(self, outcome: str, error: str | None = None) -> None:
         """Write the usage row of this run's LLM call on its own (no save carried it)."""
@@ -913,7 +917,7 @@ class _Run:
         engine = require(self.storage, Capability.LLM_BUDGETS)
         try:
             with engine.begin() as connection:
-                self.record_on(connection, outcome, error)
+                llm_usage.record_call(connection, *self.usage_rows(outcome, error))
             self.usage_written = True
         except Exception as exc:  # accounting never fails an update
             logger.warning(
