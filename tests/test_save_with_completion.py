@@ -20,6 +20,7 @@ from memory_sql.queue import UpdateQueue
 from memory_sql.schema import memory_llm_calls, memory_pending_updates
 from memory_sql.scope import Scope
 from memory_sql.storage import SQLStorage, llm_usage, watermarks
+from memory_sql.storage.base import Seen
 from memory_sql.storage.dialects import dialect_of
 from memory_sql.storage.watermarks import Mark
 from memory_sql.tenancy import ALL_TENANTS, acting_for
@@ -216,3 +217,40 @@ def test_a_version_conflict_leaves_the_row_leased_and_the_call_unwritten(storage
     assert watermarks.load(storage.engine, scope, "t") is None
     assert _calls(storage, scope) == []
     assert [f.content for f in storage.load(**scope.arguments()).facts] == ["Likes coffee"]
+
+
+def test_the_claim_reads_the_memorys_stamp_and_the_runs_load_reads_nothing(storage):
+    known, new = _scope(), _scope()
+    doc = storage.load(**known.arguments())
+    doc.facts = [Fact(content="Likes coffee")]
+    storage.save(doc, **known.arguments())
+    queue = _queue(storage, "w1")
+    for scope in (known, new):
+        queue.add(scope, "t", CHAT, Signals(), now=T0)
+    items = {item.scope: item for item in queue.claim(5, now=T0 + timedelta(seconds=1))}
+    assert items[new].memory == Seen(None)
+    assert items[known].memory is not None and items[known].memory.stamp is not None
+    assert items[known].memory.stamp[0] == 1
+
+    loaded, seen = _statements(
+        storage.engine,
+        lambda: [storage.load_seen(items[s].memory, **s.arguments()) for s in (known, new)],
+    )
+    assert seen == []  # the cache held version 1; nothing stored for the other
+    assert [[f.content for f in d.facts] for d in loaded] == [["Likes coffee"], []]
+    assert [d.version for d in loaded] == [1, 0]
+
+    # Another process saves after the claim: the document seen is a moment old, and a save
+    # from it is refused as any save from an old version is.
+    other = SQLStorage(storage.engine)
+    moved = other.load(**known.arguments())
+    moved.facts = [*moved.facts, Fact(content="Likes tea")]
+    other.save(moved, **known.arguments())
+    old = storage.load_seen(items[known].memory, **known.arguments())
+    old.facts = [*old.facts, Fact(content="Likes jam")]
+    with pytest.raises(VersionConflictError):
+        storage.save(old, **known.arguments())
+    assert [f.content for f in storage.load(**known.arguments()).facts] == [
+        "Likes coffee",
+        "Likes tea",
+    ]

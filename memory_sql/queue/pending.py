@@ -62,6 +62,7 @@ from ..intake.signals import Signals
 from ..models import utcnow
 from ..scope import Scope
 from ..storage import watermarks
+from ..storage.base import Seen
 from ..storage.dialects import dialect_of
 from ..storage.queue_rows import QueueRows
 from ..storage.watermarks import Mark
@@ -93,6 +94,8 @@ class PendingUpdate:
     mark_read: bool = False
     """Whether the claim read the watermark (the queue's database has the table): then
     ``mark`` is it, and the run need not read it again."""
+    memory: Seen | None = None
+    """The memory's stamp as the claim read it (None: not read)."""
 
 
 _SKIPPED: Any = object()
@@ -441,6 +444,9 @@ class UpdateQueue:
             reply=row.reply,
             mark=Mark(mark_key, row.mark_position) if mark_key is not None else None,
             mark_read=bool(self._with_marks),
+            memory=Seen(
+                None if row.memory_version is None else (row.memory_version, row.memory_created_at)
+            ),
         )
 
     @reconnecting

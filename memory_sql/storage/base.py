@@ -38,6 +38,14 @@ class WriteGuard(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class Seen:
+    """A memory's stamp as a statement of the caller's just read it (the queue's claim does,
+    with each row): its version and creation time, None when nothing was stored."""
+
+    stamp: tuple[int, datetime] | None
+
+
 class MemoryStorage(ABC):
     """Versioned storage of memory documents, one per :class:`~memory_sql.Scope`.
 
@@ -95,6 +103,25 @@ class MemoryStorage(ABC):
         if not isinstance(as_of, datetime) or as_of.tzinfo is None:
             raise ValueError("as_of must be a datetime with a time zone")
         return self._load_as_of(scope, as_of)
+
+    def load_seen(
+        self,
+        seen: Seen,
+        *,
+        user_id: str | None = None,
+        agent_name: str | None = None,
+        tenant_id: str | None = None,
+    ) -> MemoryDocument:
+        """:meth:`load`, for a caller that read the memory's stamp a moment ago (``seen``): a
+        backend that caches documents hands out the one it holds at that stamp (or an empty
+        one when nothing was stored) without reading. Such a document may be a moment old; a
+        save from it is refused (:class:`~memory_sql.errors.VersionConflictError`) if the
+        memory moved since, as any save from an old version is. Here: :meth:`load`.
+
+        Raises:
+            as :meth:`load`.
+        """
+        return self.load(user_id=user_id, agent_name=agent_name, tenant_id=tenant_id)
 
     def _load_as_of(self, scope: Scope, as_of: datetime) -> MemoryDocument:
         raise CapabilityMissingError(Capability.HISTORY.value, type(self).__name__, "as_of")

@@ -21,6 +21,7 @@ from sqlalchemy.engine import Engine
 
 from ..database import database_errors
 from ..schema import memory_pending_updates as pending
+from ..schema import memory_scopes
 from ..schema import memory_watermarks as marks
 from . import watermarks
 from .dialects import SQLDialect, dialect_of
@@ -296,7 +297,9 @@ def claimable(dialect: SQLDialect, *, skipping: bool, with_marks: bool) -> sa.Se
     ``(status, due_at)`` index, which stops at ``limit``), locked and skipping rows another
     claim locked; ``now``, ``limit`` and ``skipped`` are parameters. ``with_marks``: each with
     its thread's watermark (``mark_key``, ``mark_position``, NULL when it has none) read by a
-    LEFT JOIN, so the run needs no statement of its own to read it."""
+    LEFT JOIN, so the run needs no statement of its own to read it. Each row comes with its
+    memory's stamp (``memory_version``, ``memory_created_at``; NULL: nothing stored), so that
+    the run's load needs none either while the storage's cache holds that version."""
     now = _NOW
     query = (
         sa.select(*KEY, pending.c.kind, pending.c.messages, pending.c.correction)
@@ -311,14 +314,23 @@ def claimable(dialect: SQLDialect, *, skipping: bool, with_marks: bool) -> sa.Se
         .order_by(pending.c.due_at)
         .limit(sa.bindparam("limit", type_=sa.Integer))
     )
+    joined = pending.outerjoin(
+        memory_scopes,
+        sa.and_(*(memory_scopes.c[name] == pending.c[name] for name in KEY_COLUMNS[:3])),
+    )
+    query = query.add_columns(
+        memory_scopes.c.version.label("memory_version"),
+        memory_scopes.c.created_at.label("memory_created_at"),
+    )
     if with_marks:
-        joined = pending.outerjoin(
+        joined = joined.outerjoin(
             marks,
             sa.and_(*(marks.c[name] == pending.c[name] for name in KEY_COLUMNS[:4])),
         )
-        query = query.select_from(joined).add_columns(
+        query = query.add_columns(
             marks.c.message_key.label("mark_key"), marks.c.position.label("mark_position")
         )
+    query = query.select_from(joined)
     if skipping:
         query = query.where(sa.tuple_(*MEMORY).not_in(sa.bindparam("skipped", expanding=True)))
     return dialect.lock_rows(query, of=pending, skip_locked=True)

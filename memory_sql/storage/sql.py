@@ -43,6 +43,7 @@ from ..text_search import search_text
 from .base import (
     Changes,
     MemoryStorage,
+    Seen,
     _checked_save,
     apply_changes,
     check_fact_ids,
@@ -850,6 +851,22 @@ class SQLStorage(MemoryStorage):
                     return entry[1].clone()
             loaded = _document(conn.execute(_SELECT_DOCUMENT, _scope_params(scope)).all())
         return self._loaded(scope, loaded)
+
+    def load_seen(
+        self,
+        seen: Seen,
+        *,
+        user_id: str | None = None,
+        agent_name: str | None = None,
+        tenant_id: str | None = None,
+    ) -> MemoryDocument:
+        scope = Scope.of(user_id=user_id, agent_name=agent_name, tenant_id=tenant_id)
+        if seen.stamp is None:
+            return MemoryDocument()
+        cached = self._cache.get(scope, seen.stamp)
+        if cached is not None:
+            return cached.clone()
+        return self._load(scope)
 
     def _loaded(
         self, scope: Scope, loaded: tuple[MemoryDocument, tuple[int, datetime]] | None

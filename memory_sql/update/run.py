@@ -184,6 +184,7 @@ class UpdateRun:
                     if last and self.completes_in_save
                     else None,
                     context=context if number == 1 else (),
+                    seen=item.memory if number == 1 else None,
                     attempt=item.attempts,
                 )
             except LeaseLostError as exc:

@@ -85,7 +85,7 @@ from ..pattern_files import load_patterns
 from ..schema import memory_llm_calls, memory_llm_rejections
 from ..scope import Scope, check_thread_id
 from ..storage import llm_usage
-from ..storage.base import MemoryStorage
+from ..storage.base import MemoryStorage, Seen
 from ..storage.capabilities import Capability, has, require
 from ..storage.with_save import WithTheSave, with_the_save
 from ..tokens import make_token_counter
@@ -544,6 +544,7 @@ class MemoryUpdater:
         in_transaction: Callable[[Any], object] | WithTheSave | None = None,
         context: Sequence[Message] = (),
         attempt: int = 1,
+        seen: Seen | None = None,
     ) -> UpdateResult:
         """:meth:`update_memory` of a conversation already filtered (as the queue holds it),
         for a checked ``scope`` and ``thread_id``.
@@ -556,7 +557,8 @@ class MemoryUpdater:
         writes with it; it is not called when the update changes nothing. ``context`` is the
         already-learned exchange before ``conversation`` (the watermark's), shown to the LLM
         marked as such, never learned from. ``attempt`` is the queue's run of this update (2
-        or more: a retry, asked at a higher temperature; see the module docstring).
+        or more: a retry, asked at a higher temperature; see the module docstring). ``seen``:
+        the memory's stamp as the caller just read it (:meth:`MemoryStorage.load_seen`).
         """
         review_only = False
         if not any(message.role == "user" for message in conversation):
@@ -566,6 +568,7 @@ class MemoryUpdater:
             review_only = True  # stale facts wait, and the review interval has passed
             conversation, context = (), ()
         run = _Run(self, scope, thread_id, in_transaction, attempt)
+        run.seen = seen
         run.review_only = review_only
         return run.execute(
             conversation, correction_detected, reinforcement_detected, reply, context
@@ -633,6 +636,7 @@ class _Run:
         self.counter = updater.counter
         self.dedupe = updater.dedupe
         self.review_only = False
+        self.seen: Seen | None = None
         self.offer: review.Offer | None = None
         self.aging = review.ReviewOutcome()
 
@@ -645,7 +649,10 @@ class _Run:
         context: Sequence[Message] = (),
     ) -> UpdateResult:
         try:
-            memory = self.storage.load(**self.where)
+            if self.seen is not None:
+                memory = self.storage.load_seen(self.seen, **self.where)
+            else:
+                memory = self.storage.load(**self.where)
         except StorageError as exc:
             return self.failed(f"cannot load the memory: {exc}")
         if reply is not None:
