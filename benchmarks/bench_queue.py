@@ -3,7 +3,8 @@ the per-key debounce saves, on the real queue table; and (PostgreSQL) the worker
 against intake in the same run.
 
     .venv/bin/python benchmarks/bench_queue.py [--throughput-only | --wakeups-only | --notify-only]
-    .venv/bin/python benchmarks/bench_queue.py [--round-trips] [--concurrent RUNS [--workers N]]
+    .venv/bin/python benchmarks/bench_queue.py [--round-trips] [--concurrent RUNS [--workers N]
+                                                [--rate R]]
 
 Throughput: 16 threads queue 2 000 conversations of 2 000 users (``after_agent``), timed:
 intake per second. Then 2 worker processes × 8 threads (``memory-sql worker``'s service) drain
@@ -14,7 +15,8 @@ once: updates per second from the first LLM call to the empty queue, and the rat
 2 worker processes of ``--workers N`` threads (8 by default) run while 16 threads queue 1 000
 conversations; drain ÷ intake is the share learned by the time the last was queued, per run
 (1.0: the worker keeps up). ``--round-trips`` counts the statements and commits the worker
-sends per update (a SQLAlchemy event on the engine).
+sends per update (a SQLAlchemy event on the engine). ``--rate R`` paces the intake threads to
+R conversations a second in all, to find the intake the drain keeps up with.
 
 Wake-ups (SQLite and PostgreSQL): posted → learned, the time from queueing a conversation in a
 process that runs no updates (the API's side of the README's layout) to its memory's save,
@@ -294,12 +296,13 @@ def serve_llm(stop, ready) -> None:
 CONCURRENT_KEYS = 1000
 
 
-def concurrent(url: str, runs: int, workers: int) -> None:
+def concurrent(url: str, runs: int, workers: int, rate: int = 0) -> None:
     """Intake and drain measured at the same time: 2 worker processes of ``workers`` threads
     run while 16 threads of ``after_agent`` queue ``CONCURRENT_KEYS`` conversations of as many
-    users. Drain ÷ intake is the share of those conversations learned (their rows completed)
-    by the time the last was queued: 1.0 when the worker keeps up. ``runs`` rounds, the queue
-    emptied between them."""
+    users, as fast as they can or (``rate``) paced to that many a second in all. Drain ÷
+    intake is the share of those conversations learned (their rows completed) by the time
+    the last was queued: 1.0 when the worker keeps up. ``runs`` rounds, the queue emptied
+    between them."""
     import multiprocessing
     import threading
 
@@ -322,10 +325,11 @@ def concurrent(url: str, runs: int, workers: int) -> None:
             time.sleep(0.02)
         return time.monotonic() - started
 
+    pace = f"paced to {rate}/s in all" if rate else "as fast as they can"
     print(
         f"\nintake and drain at the same time (PostgreSQL; 16 threads of after_agent queue "
-        f"{CONCURRENT_KEYS} conversations of as many users while 2 worker processes x "
-        f"{workers} threads learn them; an LLM that answers at once)"
+        f"{CONCURRENT_KEYS} conversations of as many users ({pace}) while 2 worker processes "
+        f"x {workers} threads learn them; an LLM that answers at once)"
     )
     spawn = multiprocessing.get_context("spawn")
     stop, ready, results = spawn.Event(), spawn.Queue(), spawn.Queue()
@@ -377,13 +381,15 @@ def concurrent(url: str, runs: int, workers: int) -> None:
         wait_empty(120)
         for run in range(runs):
 
-            def post(start: int, run: int = run) -> None:
+            def post(start: int, began: float, run: int = run) -> None:
                 for n in range(start, CONCURRENT_KEYS, 16):
+                    if rate:  # conversation n is queued n / rate seconds after the start
+                        time.sleep(max(0.0, began + n / rate - time.monotonic()))
                     service.after_agent(chat(f"tea{n}"), thread_id="t", user_id=f"r{run}-{n}")
 
-            threads = [threading.Thread(target=post, args=(n,)) for n in range(16)]
             before = cpu()
             started = time.monotonic()
+            threads = [threading.Thread(target=post, args=(n, started)) for n in range(16)]
             for thread in threads:
                 thread.start()
             for thread in threads:
@@ -686,7 +692,7 @@ def main() -> None:
             if "--round-trips" in sys.argv:
                 round_trips(pg)
             if "--concurrent" in sys.argv:
-                concurrent(pg, runs, workers)
+                concurrent(pg, runs, workers, _option("--rate", 0))
         return
     if "--notify-only" in sys.argv:
         with scratch_postgres() as pg:

@@ -201,6 +201,38 @@ def test_notices_of_a_burst_share_one_claim(engine):
         worker.stop(timeout=10)
 
 
+def test_while_claims_come_back_full_a_finished_run_claims_again_at_once(engine):
+    """The gather wait batches notices; it is skipped while the last claim found all it asked
+    for (more rows are due): a backlog drains claim after claim, not a gather wait apart."""
+    import time
+
+    from memory_sql.models import utcnow
+    from memory_sql.queue import RunOutcome, UpdateWorker
+
+    queue = _queue(engine, owner="backlog")
+    for _ in range(12):
+        queue.add(_scope(), "t", CHAT, Signals())
+    done: list[float] = []
+    worker = UpdateWorker(
+        queue,
+        lambda item: done.append(time.monotonic()) or RunOutcome(True),
+        workers=2,
+        gather_seconds=1.0,
+    )
+    worker.start()
+    try:
+        worker.notify(utcnow())
+        deadline = time.monotonic() + 30
+        while len(done) < 12 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(done) == 12
+        # after the first claim, the others (two to four rows each) wait no gather: with the
+        # wait, 12 rows took a gather (1 s) per claim
+        assert done[-1] - done[0] < 1.0, [round(t - done[0], 2) for t in done]
+    finally:
+        worker.stop(timeout=10)
+
+
 def test_the_reply_schema_is_built_once_and_cannot_be_changed():
     from memory_sql.update.parser import update_json_schema
 

@@ -48,7 +48,9 @@ QUICK_RUN_SECONDS = 1.0
 """Runs taking less than this on average (a moving average) are claimed a pool ahead."""
 GATHER_SECONDS = 0.02
 """A wake-up for work due now waits this long, so the notices of a burst of enqueues (and the
-ends of runs) that arrive meanwhile share one claim rather than each making its own."""
+ends of runs) that arrive meanwhile share one claim rather than each making its own. Not while
+the last claim found as many due rows as it asked for: more are waiting, and a thread that
+finishes claims again at once."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,7 @@ class UpdateWorker:
         self._idle = threading.Condition(self._lock)
         self._in_flight = 0
         self._run_seconds: float | None = None  # moving average of recent runs
+        self._backlog = False  # the last claim got all it asked for: more rows may be due
         self._running: dict[int, PendingUpdate] = {}
         self._waiting: dict[int, tuple[Future[None], PendingUpdate]] = {}
         self._next_wake: datetime | None = None
@@ -160,10 +163,10 @@ class UpdateWorker:
         except MemorySQLError as exc:
             self._outage.failed(exc)
 
-    def notify(self, due: datetime) -> None:
+    def notify(self, due: datetime, *, gather: bool = True) -> None:
         """A row becomes claimable at ``due``: wake up then (work due now: ``gather_seconds``
-        from now), unless already waking earlier."""
-        due = max(due, utcnow() + self.gather)
+        from now, unless ``gather`` is False), unless already waking earlier."""
+        due = max(due, utcnow() + self.gather) if gather else due
         with self._lock:
             if self._stopping:
                 return
@@ -251,6 +254,7 @@ class UpdateWorker:
             raise
         with self._lock:
             self._in_flight -= wanted - len(items)
+            self._backlog = len(items) == wanted
             stopping = self._stopping
             if not stopping:
                 for item in items:
@@ -283,7 +287,8 @@ class UpdateWorker:
                 self._running.pop(id(item), None)
                 self._in_flight -= 1
                 self._idle.notify_all()
-            self.notify(utcnow())
+                backlog = self._backlog
+            self.notify(utcnow(), gather=not backlog)
 
     def _record_outcome(self, item: PendingUpdate, outcome: RunOutcome) -> None:
         """Record ``outcome`` in the queue; while the database is down, try again (the lease
