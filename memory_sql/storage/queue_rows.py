@@ -240,24 +240,21 @@ def delete_run_moving_mark(dialect: SQLDialect) -> Any:
 
 
 _Q_KEY = " AND ".join(f"{name} = %(q_{name})s" for name in KEY_COLUMNS)
+# The row still of the run's generation (a newer conversation, which a completion must release
+# instead of deleting, is rare: the save's transactional form does that) and leased to it.
 _COMPLETION_REQUIRES = (
     (
         "leased",
         f"""
-    SELECT FROM {pending.name} WHERE {_Q_KEY} AND lease_owner = %(q_owner)s FOR UPDATE""",
+    SELECT FROM {pending.name}
+    WHERE {_Q_KEY} AND generation = %(q_generation)s AND lease_owner = %(q_owner)s
+    FOR UPDATE""",
     ),
 )
 _COMPLETION_CTES = (
     f"""completed AS (
     DELETE FROM {pending.name}
     WHERE {_Q_KEY} AND generation = %(q_generation)s AND lease_owner = %(q_owner)s
-      AND EXISTS (SELECT FROM head)
-)""",
-    # a newer conversation arrived during the run: as release_for_newer
-    f"""released AS (
-    UPDATE {pending.name} SET lease_owner = NULL, lease_until = NULL, attempts = 0,
-        last_error = NULL, first_enqueued_at = last_enqueued_at
-    WHERE {_Q_KEY} AND generation <> %(q_generation)s AND lease_owner = %(q_owner)s
       AND EXISTS (SELECT FROM head)
 )""",
 )
@@ -458,12 +455,13 @@ class QueueRows:
     def completion_in_one_statement(
         self, *, with_mark: bool
     ) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]] | None:
-        """:meth:`complete` (and, a newer conversation waiting, :meth:`release_for_newer`) as
-        parts of a memory save's one statement (:class:`~.with_save.WithTheSave`), None
-        where the database does not write in CTEs: the row locked while leased to the owner
-        (the save's claim needs it), then deleted, or released, and the watermark moved, with
-        the save. Parameters: ``q_<key column>``, ``q_owner``, ``q_generation`` and, with the
-        mark, ``q_message_key``, ``q_position``, ``q_now``."""
+        """:meth:`complete` as parts of a memory save's one statement
+        (:class:`~.with_save.WithTheSave`), None where the database does not write in CTEs:
+        the row locked while leased to the owner at the run's generation (the save's claim
+        needs it: a newer conversation, which :meth:`release_for_newer` must keep, leaves the
+        save to its transactional form), then deleted and the watermark moved, with the save.
+        Parameters: ``q_<key column>``, ``q_owner``, ``q_generation`` and, with the mark,
+        ``q_message_key``, ``q_position``, ``q_now``."""
         if not self.dialect.writes_in_ctes:
             return None
         return _COMPLETION_REQUIRES, _COMPLETION_CTES + (_MARK_CTE if with_mark else ())
