@@ -16,6 +16,7 @@ from ..models import Fact, MemoryDocument, Section, copy_model, new_fact_id
 from ..scope import Scope
 from .capabilities import Capability
 from .search import score_in_memory
+from .with_save import WithTheSave
 
 
 class WriteGuard(Protocol):
@@ -143,7 +144,7 @@ class MemoryStorage(ABC):
         agent_name: str | None = None,
         tenant_id: str | None = None,
         expected_version: int | None = None,
-        in_transaction: Callable[[Any], object] | None = None,
+        in_transaction: Callable[[Any], object] | WithTheSave | None = None,
     ) -> int:
         """Store ``doc`` as the scope's memory if its stored version is still ``expected_version``.
 
