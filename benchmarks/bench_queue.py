@@ -4,7 +4,7 @@ against intake in the same run.
 
     .venv/bin/python benchmarks/bench_queue.py [--throughput-only | --wakeups-only | --notify-only]
     .venv/bin/python benchmarks/bench_queue.py [--round-trips] [--concurrent RUNS [--workers N]
-                                                [--rate R]]
+                                                [--rate R] [--lean-llm]]
 
 Throughput: 16 threads queue 2 000 conversations of 2 000 users (``after_agent``), timed:
 intake per second. Then 2 worker processes × 8 threads (``memory-sql worker``'s service) drain
@@ -16,7 +16,9 @@ once: updates per second from the first LLM call to the empty queue, and the rat
 conversations; drain ÷ intake is the share learned by the time the last was queued, per run
 (1.0: the worker keeps up). ``--round-trips`` counts the statements and commits the worker
 sends per update (a SQLAlchemy event on the engine). ``--rate R`` paces the intake threads to
-R conversations a second in all, to find the intake the drain keeps up with.
+R conversations a second in all, to find the intake the drain keeps up with; ``--lean-llm``
+answers through ``instant_llm.py`` (the tests' ``ScriptedLLM`` spends about 1 ms of CPU a call
+on the cores the worker shares; the figures print the LLM's CPU apart either way).
 
 Wake-ups (SQLite and PostgreSQL): posted → learned, the time from queueing a conversation in a
 process that runs no updates (the API's side of the README's layout) to its memory's save,
@@ -279,14 +281,20 @@ def serve_until_stopped(url, llm_base_url, workers, stop, ready, results) -> Non
     results.put((os.getpid(), status))
 
 
-def serve_llm(stop, ready) -> None:
+def serve_llm(stop, ready, lean: bool = False) -> None:
     """The scripted LLM in a process of its own for :func:`concurrent` (in the intake's
     process it would share that process's interpreter lock with the 16 intake threads):
-    reports its base URL, answers until ``stop`` is set."""
+    reports its base URL, answers until ``stop`` is set. ``lean``: the stand-in of
+    ``instant_llm.py`` instead of the tests' ``ScriptedLLM``, the same replies."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
     from llm_server import ScriptedLLM
     from test_service import learn
 
+    if lean:
+        from instant_llm import serve
+
+        serve(learn, ready, stop)
+        return
     with ScriptedLLM() as llm:
         llm.responder = learn
         ready.put(llm.base_url)
@@ -296,13 +304,13 @@ def serve_llm(stop, ready) -> None:
 CONCURRENT_KEYS = 1000
 
 
-def concurrent(url: str, runs: int, workers: int, rate: int = 0) -> None:
+def concurrent(url: str, runs: int, workers: int, rate: int = 0, lean: bool = False) -> None:
     """Intake and drain measured at the same time: 2 worker processes of ``workers`` threads
     run while 16 threads of ``after_agent`` queue ``CONCURRENT_KEYS`` conversations of as many
     users, as fast as they can or (``rate``) paced to that many a second in all. Drain ÷
     intake is the share of those conversations learned (their rows completed) by the time
     the last was queued: 1.0 when the worker keeps up. ``runs`` rounds, the queue emptied
-    between them."""
+    between them. ``lean``: the LLM stand-in of ``instant_llm.py`` (``--lean-llm``)."""
     import multiprocessing
     import threading
 
@@ -329,11 +337,12 @@ def concurrent(url: str, runs: int, workers: int, rate: int = 0) -> None:
     print(
         f"\nintake and drain at the same time (PostgreSQL; 16 threads of after_agent queue "
         f"{CONCURRENT_KEYS} conversations of as many users ({pace}) while 2 worker processes "
-        f"x {workers} threads learn them; an LLM that answers at once)"
+        f"x {workers} threads learn them; an LLM that answers at once: "
+        f"{'instant_llm.py' if lean else 'the tests ScriptedLLM'})"
     )
     spawn = multiprocessing.get_context("spawn")
     stop, ready, results = spawn.Event(), spawn.Queue(), spawn.Queue()
-    llm_process = spawn.Process(target=serve_llm, args=(stop, ready))
+    llm_process = spawn.Process(target=serve_llm, args=(stop, ready, lean))
     llm_process.start()
     base_url = ready.get(timeout=120)
     config = MemoryConfig(
@@ -692,7 +701,7 @@ def main() -> None:
             if "--round-trips" in sys.argv:
                 round_trips(pg)
             if "--concurrent" in sys.argv:
-                concurrent(pg, runs, workers, _option("--rate", 0))
+                concurrent(pg, runs, workers, _option("--rate", 0), "--lean-llm" in sys.argv)
         return
     if "--notify-only" in sys.argv:
         with scratch_postgres() as pg:
