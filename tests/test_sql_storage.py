@@ -911,3 +911,19 @@ def test_sqlite_saves_of_one_process_queue_on_its_writers_lock(sqlite_url, scope
         writer.join(10)
         assert saved.is_set()
         assert [f.content for f in store.load(**scope).facts] == ["Waited its turn"]
+
+
+def test_after_removals_alone_the_cache_holds_what_a_cold_load_reads(store, scope):
+    base = dt.datetime(2024, 5, 1, tzinfo=dt.UTC)
+    facts = [
+        Fact(content=f"fact {n}", created_at=base + dt.timedelta(minutes=(n * 7) % 10))
+        for n in range(10)
+    ]
+    store.save(MemoryDocument(facts=facts), **scope)
+    doc = store.load(**scope)
+    doc.facts = [f for i, f in enumerate(doc.facts) if i % 3]
+    store.save(doc, **scope)
+    cached = [(f.id, f.content) for f in store.load(**scope).facts]
+    store._cache.clear()
+    assert cached == [(f.id, f.content) for f in store.load(**scope).facts]
+    assert len(cached) == 6

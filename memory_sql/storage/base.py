@@ -408,6 +408,9 @@ def apply_changes(
         updated = {fact.id: fact for fact in changes.updated}
         for i in _positions(facts, updated, changes.positions):
             facts[i] = updated[facts[i].id]
+    elif not changes.updated and not inserted:  # removals alone: the rest keep their order
+        gone = set(changes.deleted)
+        facts = [fact for fact in base.facts if fact.id not in gone]
     else:
         by_id = {fact.id: fact for fact in base.facts}
         for fact_id in changes.deleted:
