@@ -126,8 +126,9 @@ def call_with_the_save(
     saved: Callable[[], object],
 ) -> WithTheSave:
     """:func:`record_call` as writes that commit with a memory's save: in its one statement
-    where the database writes in CTEs and no reply part was refused (``call`` holding every
-    column); ``saved`` is called once they committed."""
+    where the database writes in CTEs and no reply part was refused; ``saved`` is called once
+    they committed. ``call`` must hold every column: ``json_populate_record`` gives a missing
+    one NULL, not its default, and the save would fail on a NOT NULL column."""
 
     def write(connection: Connection) -> None:
         record_call(connection, call, rejected)
