@@ -338,7 +338,7 @@ def concurrent(url: str, runs: int, workers: int, rate: int = 0, lean: bool = Fa
         f"\nintake and drain at the same time (PostgreSQL; 16 threads of after_agent queue "
         f"{CONCURRENT_KEYS} conversations of as many users ({pace}) while 2 worker processes "
         f"x {workers} threads learn them; an LLM that answers at once: "
-        f"{'instant_llm.py' if lean else 'the tests ScriptedLLM'})"
+        f"{'instant_llm.py' if lean else 'ScriptedLLM of tests/llm_server.py'})"
     )
     spawn = multiprocessing.get_context("spawn")
     stop, ready, results = spawn.Event(), spawn.Queue(), spawn.Queue()

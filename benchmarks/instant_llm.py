@@ -16,9 +16,10 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
+
+from llm_server import completion_body  # tests/ (bench_queue puts it on the path)
 
 Responder = Callable[[dict[str, Any]], str]
 
@@ -26,28 +27,9 @@ Responder = Callable[[dict[str, Any]], str]
 def _answer(responder: Responder, raw: bytes) -> bytes:
     request = json.loads(raw)
     content = responder(request)
-    prompt, completion = len(raw) // 4, len(content) // 4
-    payload = json.dumps(
-        {
-            "id": f"chatcmpl-{time.monotonic_ns()}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": request.get("model", "unknown"),
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": content, "refusal": None},
-                    "logprobs": None,
-                    "finish_reason": "stop",
-                }
-            ],
-            "usage": {
-                "prompt_tokens": prompt,
-                "completion_tokens": completion,
-                "total_tokens": prompt + completion,
-            },
-        }
-    ).encode()
+    model = request.get("model", "unknown")
+    body = completion_body(content, model, len(raw) // 4, len(content) // 4)
+    payload = json.dumps(body).encode()
     head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
     return head % len(payload) + payload
 

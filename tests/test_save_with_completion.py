@@ -148,9 +148,9 @@ def test_the_save_completes_the_row_moves_the_mark_and_records_the_call(storage)
 def test_a_lost_lease_writes_nothing_of_the_save(storage):
     scope = _scope()
     queue, thief = _queue(storage, "w1"), _queue(storage, "w2")
-    _save_first = storage.load(**scope.arguments())
-    _save_first.facts = [Fact(content="Likes coffee")]
-    storage.save(_save_first, **scope.arguments())
+    first = storage.load(**scope.arguments())
+    first.facts = [Fact(content="Likes coffee")]
+    storage.save(first, **scope.arguments())
     watermarks.move(storage.engine, scope, "t", Mark("id:old", 1))
     item = _claimed(queue, scope)
     (taken,) = thief.claim(1, now=T0 + timedelta(seconds=120))  # the lease ran out

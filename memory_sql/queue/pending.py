@@ -514,11 +514,13 @@ class UpdateQueue:
     ) -> WithTheSave:
         """:meth:`complete_on` as writes that commit with a memory's save (in its statement
         where the database writes in CTEs); ``saved`` is called once they committed."""
+
+        def write(conn: Connection) -> None:
+            self.complete_on(conn, item, mark)
+
         parts = self._rows.completion_in_one_statement(with_mark=mark is not None)
         if parts is None:
-            return WithTheSave(
-                write=lambda conn: self.complete_on(conn, item, mark), ctes=None, saved=saved
-            )
+            return WithTheSave(write=write, ctes=None, saved=saved)
         requires, ctes = parts
         key = _key_values(item.scope, item.thread_id, item.kind)
         parameters: dict[str, Any] = {
@@ -531,7 +533,7 @@ class UpdateQueue:
                 q_message_key=mark.message_key, q_position=mark.position, q_now=utcnow()
             )
         return WithTheSave(
-            write=lambda conn: self.complete_on(conn, item, mark),
+            write=write,
             ctes=ctes,
             requires=requires,
             parameters=parameters,

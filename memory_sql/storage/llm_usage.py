@@ -8,7 +8,6 @@ The ``llm_budgets`` capability of a SQL storage (:mod:`.capabilities`); the budg
 
 from __future__ import annotations
 
-import json
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -23,7 +22,7 @@ from ..schema import memory_llm_budget_holds, memory_llm_calls, memory_llm_rejec
 from ..scope import Scope
 from ..tenancy import acting_for
 from .dialects import dialect_of
-from .with_save import WithTheSave
+from .with_save import WithTheSave, json_ready, json_text
 
 _INSERT_CALL = memory_llm_calls.insert()
 """The usage row of one LLM call (its values bound per call: one compiled statement)."""
@@ -115,10 +114,6 @@ _CALL_IN_ONE_STATEMENT = f"""llm_call AS (
 of at most 50 parameters only, and the save's fact and queue row take most of those."""
 
 
-def _json(row: Mapping[str, Any]) -> str:
-    return json.dumps({n: v.isoformat() if isinstance(v, datetime) else v for n, v in row.items()})
-
-
 def call_with_the_save(
     engine: Engine,
     call: Mapping[str, Any],
@@ -138,7 +133,7 @@ def call_with_the_save(
     return WithTheSave(
         write=write,
         ctes=(_CALL_IN_ONE_STATEMENT,),
-        parameters={"llm_call": _json(call)},
+        parameters={"llm_call": json_text(json_ready(call))},
         saved=saved,
     )
 

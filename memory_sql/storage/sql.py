@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import operator
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
@@ -64,7 +63,7 @@ from .driver import (
 )
 from .redactions import record_redactions
 from .search import match_facts
-from .with_save import WithTheSave, with_the_save
+from .with_save import WithTheSave, json_ready, json_text, with_the_save
 
 
 def _in_scope(table: sa.Table) -> sa.ColumnElement[bool]:
@@ -450,11 +449,6 @@ _RECORD_TYPES = dict(
 """The columns of :data:`_FACT_RECORD` and their types, in its order."""
 
 
-def _json_ready(values: dict[str, Any]) -> dict[str, Any]:
-    """``values`` with their timestamps as ISO text (JSON has no time)."""
-    return {n: v.isoformat() if isinstance(v, datetime) else v for n, v in values.items()}
-
-
 def _iso(moment: datetime | None) -> str | None:
     return None if moment is None else moment.isoformat()
 
@@ -473,12 +467,7 @@ def _fact_records(facts: list[Fact]) -> str | None:
         row["created_at"], row["updated_at"] = _iso(row["created_at"]), _iso(row["updated_at"])
         row["confirmed_at"], row["valid_from"] = _iso(row["confirmed_at"]), _iso(row["valid_from"])
         row["valid_to"] = _iso(row["valid_to"])
-    return _json(rows)
-
-
-# Compact, and exact for every float (repr, which PostgreSQL's float8 input reads back as the
-# same double); Unicode as it is.
-_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+    return json_text(rows)
 
 
 def _one_statement_parameters(
@@ -512,8 +501,8 @@ def _one_statement_parameters(
         # ones are written as they are stored)
         changed = {c for f in updated for c in _changed_columns(f, changes.previous[f.id])}
         columns = tuple(c for c in _RECORD_TYPES if c in changed)
-        parameters["updated"] = _json(
-            [{"fact_id": f.id, **_json_ready(_update_values(f, columns))} for f in updated]
+        parameters["updated"] = json_text(
+            [{"fact_id": f.id, **json_ready(_update_values(f, columns))} for f in updated]
         )
         # The primary key of the rows to update, so that the server looks them up one by one
         # rather than joining the records to all the scope's facts.
@@ -530,11 +519,11 @@ def _one_statement_parameters(
         parameters.update({f"e_{name}": value for name, value in events[0].items()})
         writes.append("events_one")
     elif events:
-        parameters["events"] = _json(events)
+        parameters["events"] = json_text(events)
         writes.append("events")
     kept = {n: s for n, s in changes.sections.items() if s.summary or s.updated_at is not None}
     if kept:
-        parameters["sections"] = _json(
+        parameters["sections"] = json_text(
             [
                 {"section": n, "summary": s.summary, "updated_at": _iso(s.updated_at)}
                 for n, s in kept.items()

@@ -19,9 +19,20 @@ and :meth:`SQLStorage.save(in_transaction=…) <memory_sql.storage.SQLStorage.sa
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
+
+json_text = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+"""Rows as one JSON parameter of a statement: compact, and exact for every float (repr, which
+PostgreSQL's float8 input reads back as the same double); Unicode as it is."""
+
+
+def json_ready(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` with their timestamps as ISO text (JSON has no time)."""
+    return {n: v.isoformat() if isinstance(v, datetime) else v for n, v in values.items()}
 
 
 @dataclass(frozen=True)
