@@ -159,7 +159,9 @@ def test_refused_requests_are_logged_at_a_bounded_rate(service):
     with service.client("msk_0000000000000000_" + "A" * 43) as http:
         for n in range(300):
             assert http.get(f"/v1/users/u{n}/facts").status_code == 401
-    windows = int((time.monotonic() - started) // 10) + 1  # the filter's burst is 20 per 10 s
+    # The filter's burst is 20 per 10 s window, and its windows need not start with this test:
+    # a run shorter than one window can still meet two of them.
+    windows = int((time.monotonic() - started) // 10) + 2
     logged = service.log.count('"status": 401')
     assert logged <= 20 * windows + 5, (logged, windows)
 
