@@ -106,6 +106,16 @@ _TOKEN = re.compile(
     rf"[{_CJK}]|(?P<unspaced>[{_UNSPACED}]+)|(?:[^\W_{_CJK}{_UNSPACED}]|[{_MARKS}])+"
 )
 _WORD = re.compile(r"[^\W_]+")
+# What :data:`_TOKEN` finds in a text with no mark and no unspaced script.
+_WORD_OR_CJK = re.compile(rf"[{_CJK}]|[^\W_{_CJK}]+")
+# The blocks of :data:`_UNSPACED` and :data:`_MARKS` (a class of five ranges is searched far
+# faster than one of every mark).
+_CLUSTERED = re.compile(
+    "[\u0300-\u1dff\u20d0-\u20ff\ua670-\uabff\ufe20-\ufe2f\U00011000-\U00011fff]"
+)
+# Where every character :func:`fold` changes after ``casefold`` lies (Latin, Greek, Cyrillic,
+# Hebrew, Arabic and the combining blocks): a text with none of them is folded already.
+_FOLDABLE = re.compile("[\u0080-\u2fff\ufb00-\ufe2f]")
 _ASCII_WORD = re.compile(r"[a-z]+")
 
 MAX_QUERY_TERMS = 48
@@ -143,8 +153,12 @@ def fold(text: str) -> str:
     combining marks removed, NFC again) and ø, đ, ð, ł, ħ, ŧ, ı, æ, œ, þ spelled o, d, d, l,
     h, t, i, ae, oe, th."""
     folded = unicodedata.normalize("NFKC", text).casefold()
-    if folded.isascii():
+    if folded.isascii() or _FOLDABLE.search(folded) is None:
         return folded
+    return _without_diacritics(folded)
+
+
+def _without_diacritics(folded: str) -> str:
     plain = _DIACRITICS.sub("", unicodedata.normalize("NFD", folded))
     return unicodedata.normalize("NFC", plain.translate(_PLAIN_LETTERS))
 
@@ -153,6 +167,13 @@ def _terms(text: str) -> list[str]:
     folded = fold(text)
     if not folded or max(folded) < "\u0300":  # no mark, CJK or unspaced script: words only
         return [stem(token[:MAX_TERM_CHARS]) for token in _WORD.findall(folded)]
+    if _CLUSTERED.search(folded) is None:  # no mark, no unspaced script: words and CJK
+        return [stem(token[:MAX_TERM_CHARS]) for token in _WORD_OR_CJK.findall(folded)]
+    return _clustered_terms(folded)
+
+
+def _clustered_terms(folded: str) -> list[str]:
+    """The terms of any folded text, unspaced scripts cut into pairs of clusters."""
     terms = []
     for match in _TOKEN.finditer(folded):
         token = match.group()

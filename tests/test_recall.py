@@ -4,13 +4,16 @@ the index kept in step with every write."""
 
 from __future__ import annotations
 
+import unicodedata
 import uuid
 from datetime import timedelta
 
 import pytest
 import sqlalchemy as sa
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from memory_sql import Fact, MemoryConfig, MemoryDocument, MemoryService, Scope
+from memory_sql import Fact, MemoryConfig, MemoryDocument, MemoryService, Scope, text_search
 from memory_sql.models import utcnow
 from memory_sql.recall.context import Recall
 from memory_sql.recall.ranking import RankingWeights, query_text, rank_facts
@@ -125,6 +128,25 @@ def test_terms_are_words_only_so_no_syntax_reaches_the_index():
     assert search_text("Straße ＰＹＴＨＯＮ 咖啡 deploying") == "strass python 咖 啡 deploy"
     assert query_terms("what is the deploy?") == ["deploy"]
     assert query_terms("the and of") == ["the", "and", "of"]  # only function words: kept
+
+
+# Letters of each path the tokenizer takes: ASCII, Latin with accents (composed and not),
+# CJK, kana with a separate voicing mark, Hangul, Thai, Devanagari, Hebrew points, Greek,
+# full-width forms, a ligature, a zero-width space and the letters that fold oddly.
+_MIXED = (
+    "aZ9 -_.,'", "Café", "e\u0301", "ø", "ß", "İı", "ﬁ", "Ｐｶ", "喜欢", "が", "\u3099",
+    "\u302a", "한국", "กาแฟ", "हिन्दी", "\u0591", "ά", "\u200b", "\U00020000", "\ufe20", "\u1dc0",
+    "\U00011000",
+)  # fmt: skip
+
+
+@given(st.lists(st.sampled_from(_MIXED), max_size=10), st.randoms())
+@settings(max_examples=500, deadline=None)
+def test_the_tokenizers_quick_paths_cut_as_the_general_one(pieces, rng):
+    text = "".join(rng.sample(pieces, len(pieces)))
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    assert text_search.fold(text) == text_search._without_diacritics(folded)
+    assert text_search._terms(text) == text_search._clustered_terms(text_search.fold(text))
 
 
 def test_near_duplicates_are_moved_behind_the_others():

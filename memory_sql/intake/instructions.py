@@ -92,19 +92,21 @@ _INSTRUCTION = re.compile(
 )
 _STEERING = re.compile(_STEER, re.IGNORECASE | re.MULTILINE)
 
-# Each group's alternatives, and what every match of them holds in ASCII text lowered: one of
+# Each group's alternatives, and what every match of them holds in the text lowered: one of
 # these substrings (a colon, a key word, a literal run of the pattern). Python's regex tries
-# every branch at every position; substring tests run at C speed, so an ASCII text runs only
-# the groups whose anchors it holds. Any other text (Chinese, and the letters that fold to
-# ASCII under IGNORECASE such as "ſ" and the Kelvin sign) runs the whole pattern.
+# every branch at every position; substring tests run at C speed, so a text runs only the
+# groups whose anchors it holds. Under IGNORECASE four letters outside ASCII match ASCII ones
+# (İ and ı match i, ſ matches s, the Kelvin sign k): the text is lowered with them spelled
+# plainly before the test.
+_ASCII_FOLDS = str.maketrans({"\u0130": "i", "\u0131": "i", "\u017f": "s", "\u212a": "k"})
 _GATED = tuple(
     (re.compile(pattern, re.IGNORECASE), anchors)
     for pattern, anchors in (
-        (_ROLE, (":", "<", "inst]", "##", "begin ")),
+        (_ROLE, (":", "：", "<", "inst]", "##", "begin ")),
         (
             _OVERRIDE,
             (
-                "ignore", "disregard", "forget", "override", "bypass", "skip", "drop", ":",
+                "ignore", "disregard", "forget", "override", "bypass", "skip", "drop", ":", "：",
                 "you are ", "from now on", "developer mode", "god mode", "dan mode",
                 "unrestricted mode", "jailbr", "act as ", "pretend ",
             ),
@@ -132,22 +134,27 @@ _GATED = tuple(
                 "disclose", "do not", "don't", "never", "without ", "hide ",
             ),
         ),
+        (
+            _CHINESE,
+            (
+                "忽略", "无视", "忘记", "忘掉", "系统", "助手", "必须", "务必", "一定要",
+                "应当总是", "发送", "转发", "上传", "调用", "执行",
+            ),
+        ),
     )
 )  # fmt: skip
 
 
 def instruction_in(text: str) -> str | None:
     """The part of ``text`` that reads as an instruction to the assistant, or None."""
-    match = _first_gated(text) if text.isascii() else _INSTRUCTION.search(text)
-    match = match or _STEERING.search(text)
+    match = _first_gated(text) or _STEERING.search(text)
     return None if match is None else match.group(0).strip()
 
 
 def _first_gated(text: str) -> re.Match[str] | None:
-    """``_INSTRUCTION.search(text)`` for ASCII ``text``: the leftmost match of the groups
-    whose anchors it holds, the earlier group's at the same position, as the alternation
-    finds it."""
-    low = text.lower()
+    """``_INSTRUCTION.search(text)``: the leftmost match of the groups whose anchors ``text``
+    holds, the earlier group's at the same position, as the alternation finds it."""
+    low = text.lower() if text.isascii() else text.translate(_ASCII_FOLDS).lower()
     first: re.Match[str] | None = None
     for pattern, anchors in _GATED:
         if not any(map(low.__contains__, anchors)):
