@@ -12,6 +12,9 @@ memory_sql's own pragmas (``memory_sql/database.py``: WAL, ``synchronous=NORMAL`
    rows, by the same insert on a copy of the file without the FTS5 triggers), the event row.
 3. What is left of a whole add beyond those statements: memory_sql's Python (the diff, the
    cache's copies, the parameters).
+4. An update of one fact's confidence the same way: through ``SQLStorage``, its statements
+   replayed bare (the transaction, the version claim, the fact's row, its event row), beside
+   ``SqliteStore.put`` of a key it holds already (an upsert, as ``bench_peers.py``'s update).
 
 ``--alternatives`` measures instead the bare save on copies of one database changed in one
 way each, at equal durability, against the schema head: FTS5 ``automerge`` 16 or 0 (4 by
@@ -168,6 +171,33 @@ class Replay:
                 " VALUES ('default', ?, ?, ?, ?, 'added', 'context', 0.9, ?)",
                 (self.user, AGENT, self.version, fact_id, now),
             )
+        c.execute("COMMIT")
+
+    def update(self, fact_id: str, content: str, confidence: float) -> None:
+        """An update's statements: one fact's confidence, as ``SQLStorage`` writes it."""
+        c = self.conn
+        now = stamp()
+        c.execute("BEGIN IMMEDIATE")
+        row = c.execute(
+            "UPDATE memory_scopes SET version = version + 1, updated_at = ?"
+            " WHERE tenant_id = 'default' AND user_id = ? AND agent_name = ?"
+            " AND version = ? AND created_at = ? RETURNING version",
+            (now, self.user, AGENT, self.version, self.created_at),
+        ).fetchone()
+        assert row is not None
+        self.version += 1
+        c.execute(
+            "UPDATE memory_facts SET confidence = ?, updated_at = ? WHERE tenant_id = 'default'"
+            " AND user_id = ? AND agent_name = ? AND fact_id = ?",
+            (confidence, now, self.user, AGENT, fact_id),
+        )
+        c.execute(
+            "INSERT INTO memory_fact_events (tenant_id, user_id, agent_name, version, fact_id,"
+            " event, category, confidence, occurred_at, content_before, content_after,"
+            " superseded_by) VALUES ('default', ?, ?, ?, ?, 'updated', 'context', ?, ?, NULL, ?,"
+            " NULL)",
+            (self.user, AGENT, self.version, fact_id, confidence, now, content),
+        )
         c.execute("COMMIT")
 
 
@@ -444,6 +474,81 @@ def main() -> int:
     )
     for label, value in parts:
         print(f"   {label:62} {fmt(value)}  {value / put:5.2f}x")
+    return updates(rounds)
+
+
+def toggled(confidence: float) -> float:
+    return 0.55 if confidence != 0.55 else 0.65
+
+
+def updates(rounds: int) -> int:
+    """Section 4: an update of one fact's confidence, whole and as its bare statements."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "memory.db"
+        url = f"sqlite:///{path}"
+        migrations.upgrade(url)
+        storage = open_storage(url)
+        for user in (USER, REPLAYED):
+            storage.save(
+                MemoryDocument(facts=[new_fact(n) for n in range(FACTS)]),
+                user_id=user,
+                agent_name=AGENT,
+                expected_version=0,
+            )
+        replay = Replay(path)
+        replayed = replay.conn.execute(
+            "SELECT fact_id, content FROM memory_facts WHERE user_id = ?", (REPLAYED,)
+        ).fetchall()
+        lg = SqliteStore(pragmas(sqlite3.connect(Path(folder) / "lg.db", isolation_level=None)))
+        lg.setup()
+        namespace = ("profiled", AGENT, "facts")
+        values = {f"fact_{n}": {"content": f"fact {n}", "confidence": 0.9} for n in range(FACTS)}
+        for key, value in values.items():
+            lg.put(namespace, key, value)
+        keys = list(values)
+        turn = {"ms": 0, "bare": 0, "lg": 0}
+
+        def ms_update() -> None:
+            doc = storage.load(user_id=USER, agent_name=AGENT)
+            i = turn["ms"] = (turn["ms"] + 1) % len(doc.facts)
+            doc.facts[i] = doc.facts[i].replace(confidence=toggled(doc.facts[i].confidence))
+            storage.save(doc, user_id=USER, agent_name=AGENT, expected_version=doc.version)
+
+        def bare_update() -> None:
+            i = turn["bare"] = (turn["bare"] + 1) % len(replayed)
+            replay.update(*replayed[i], 0.55 + 0.1 * (i % 2))
+
+        def lg_update() -> None:
+            i = turn["lg"] = (turn["lg"] + 1) % len(keys)
+            value = values[keys[i]]
+            value["confidence"] = toggled(value["confidence"])
+            lg.put(namespace, keys[i], value)
+
+        times = measure(
+            {
+                "SqliteStore.put of a key it holds": lg_update,
+                "memory_sql update (load, replace, save)": ms_update,
+                "memory_sql cached load": lambda: storage.load(user_id=USER, agent_name=AGENT),
+                "bare: the update's SQL": bare_update,
+            },
+            rounds,
+        )
+        storage.close()
+        lg.conn.close()
+    med = {name: percentile(t, 50) for name, t in times.items()}
+    put = med["SqliteStore.put of a key it holds"]
+    print(f"\n4. an update of one fact's confidence: median (p90) of {rounds} rounds; ÷ that put")
+    for name, t in times.items():
+        print(
+            f"   {name:42} {fmt(med[name])} ({fmt(percentile(t, 90)).strip()})"
+            f"  {med[name] / put:5.2f}x"
+        )
+    rest = (
+        med["memory_sql update (load, replace, save)"]
+        - med["memory_sql cached load"]
+        - med["bare: the update's SQL"]
+    )
+    print(f"   {'memory_sql Python: update - load - its SQL':42} {fmt(rest)}  {rest / put:5.2f}x")
     return 0
 
 
