@@ -617,7 +617,8 @@ class UpdateQueue:
         lease on it."""
         now = now or utcnow()
         with self._connection() as conn:
-            unleased, lease_end = conn.execute(self._rows.next_due(now, self.owner)).one()
+            found = conn.execute(self._rows.next_due(), {"now": now, "owner": self.owner})
+            unleased, lease_end = found.one()
         times = [t for t in (unleased, lease_end) if t is not None]
         return min(times) if times else None
 

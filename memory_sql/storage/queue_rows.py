@@ -333,21 +333,27 @@ def claimable(dialect: SQLDialect, *, skipping: bool, with_marks: bool) -> sa.Se
     return dialect.lock_rows(query, of=pending, skip_locked=True)
 
 
-def next_due(now: datetime, owner: str) -> sa.Select[Any]:
+def _next_due() -> sa.Select[Any]:
     """One row of two times: the earliest due time of a pending row that can be claimed (no
     live lease on it nor on its memory), and the earliest end of a live lease of another owner
-    than ``owner`` (its runs renew their leases). One statement, one round trip."""
+    than ``owner`` (its runs renew their leases), at ``now``; ``now`` and ``owner`` are
+    parameters. One statement, one round trip."""
     # A row of a memory with a row leased waits for that run: for ours, its end wakes the
     # worker; for another process's, the end of that lease does.
     due = sa.select(sa.func.min(pending.c.due_at)).where(
-        pending.c.status == "pending", unleased(now), ~memory_leased(now)
+        pending.c.status == "pending", unleased(_NOW), ~memory_leased(_NOW)
     )
     lease_end = sa.select(sa.func.min(pending.c.lease_until)).where(
         pending.c.status == "pending",
-        pending.c.lease_until >= now,
-        pending.c.lease_owner != owner,
+        pending.c.lease_until >= _NOW,
+        pending.c.lease_owner != sa.bindparam("owner"),
     )
     return sa.select(due.scalar_subquery(), lease_end.scalar_subquery())
+
+
+NEXT_DUE = _next_due()
+"""The worker's question after each claim (built once: a statement built at every call cost
+as much as running it)."""
 
 
 _SELECT_FOR_ADD = sa.select(
@@ -524,9 +530,9 @@ class QueueRows:
     # scheduling and reporting
 
     @staticmethod
-    def next_due(now: datetime, owner: str) -> sa.Select[Any]:
-        """:func:`next_due`."""
-        return next_due(now, owner)
+    def next_due() -> sa.Select[Any]:
+        """:data:`NEXT_DUE`."""
+        return NEXT_DUE
 
     @staticmethod
     def make_all_due(now: datetime) -> Any:
