@@ -292,6 +292,23 @@ class Backend:
         """Fresh planner statistics, so that autovacuum does not redo them mid-measurement."""
 
 
+def langgraph_postgres(conninfo: str, stack: ExitStack) -> PostgresStore:
+    """LangGraph's store as it documents one shared by threads: a pool of ``THREADS``
+    connections in autocommit, closed with ``stack``."""
+    pool = ConnectionPool(
+        conninfo,
+        min_size=THREADS,
+        max_size=THREADS,
+        kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+        open=False,
+    )
+    pool.open(wait=True)
+    stack.callback(pool.close)
+    store = PostgresStore(pool)
+    store.setup()
+    return store
+
+
 class Postgres(Backend):
     name = "PostgreSQL"
     key = "postgresql"
@@ -307,19 +324,7 @@ class Postgres(Backend):
         return url
 
     def langgraph(self, stack: ExitStack) -> PostgresStore:
-        # How LangGraph documents a store shared by threads: a pool, its connections autocommit.
-        pool = ConnectionPool(
-            libpq_url(self.langgraph_url),
-            min_size=THREADS,
-            max_size=THREADS,
-            kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
-            open=False,
-        )
-        pool.open(wait=True)
-        stack.callback(pool.close)
-        store = PostgresStore(pool)
-        store.setup()
-        return store
+        return langgraph_postgres(libpq_url(self.langgraph_url), stack)
 
     def floor(self) -> Floor:
         return Floor(psycopg.connect(libpq_url(self.memory_url), autocommit=True), sqlite=False)

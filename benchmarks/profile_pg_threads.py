@@ -28,18 +28,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import psycopg
 from _common import libpq_url, measured_source, scratch_postgres
-from bench_peers import AGENT, FACTS, Facts, memory_store, namespace, value_of
-from psycopg.rows import dict_row
+from bench_peers import (
+    AGENT,
+    FACTS,
+    THREADS,
+    Facts,
+    langgraph_postgres,
+    memory_store,
+    namespace,
+    value_of,
+)
 
 from memory_sql import MemoryDocument
 
-try:
-    from langgraph.store.postgres import PostgresStore
-    from psycopg_pool import ConnectionPool
-except ImportError:  # pragma: no cover
-    sys.exit("needs the bench extra: pip install -e '.[bench]'")
-
-THREADS = 8
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -108,17 +109,7 @@ def main() -> int:
             sys.exit("PostgreSQL unreachable")
         store = memory_store(named(ms_url, "profiled-ms"))
         stack.callback(store.close)
-        pool = ConnectionPool(
-            named(libpq_url(lg_url), "profiled-lg"),
-            min_size=THREADS,
-            max_size=THREADS,
-            kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
-            open=False,
-        )
-        pool.open(wait=True)
-        stack.callback(pool.close)
-        lg = PostgresStore(pool)
-        lg.setup()
+        lg = langgraph_postgres(named(libpq_url(lg_url), "profiled-lg"), stack)
         for user in users:
             batch = facts.many(FACTS)
             store.save(MemoryDocument(facts=batch), user_id=user, agent_name=AGENT)

@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sqlalchemy as sa
 from _common import fmt, measured_source, percentile
 
-from memory_sql import Fact, MemoryDocument, migrations, open_storage
+from memory_sql import Fact, MemoryDocument, MemoryStorage, migrations, open_storage
 from memory_sql.database import SQLITE_BUSY_TIMEOUT_SECONDS, create_engine
 from memory_sql.models import fact_digest
 from memory_sql.text_search import search_text
@@ -75,6 +75,21 @@ def stamp() -> str:
 
 def new_fact(n: int) -> Fact:
     return Fact(content=f"profiled fact {n} {uuid.uuid4().hex}", category="context", confidence=0.9)
+
+
+def seeded(url: str) -> MemoryStorage:
+    """A database at the schema head holding the profiled memory and the replayed one, each of
+    ``FACTS`` facts; its storage."""
+    migrations.upgrade(url)
+    storage = open_storage(url)
+    for user in (USER, REPLAYED):
+        storage.save(
+            MemoryDocument(facts=[new_fact(n) for n in range(FACTS)]),
+            user_id=user,
+            agent_name=AGENT,
+            expected_version=0,
+        )
+    return storage
 
 
 def trace_one_add(url: str) -> list[str]:
@@ -131,19 +146,23 @@ class Replay:
             (self.user, AGENT),
         ).fetchone()
 
+    def claim(self, now: str) -> None:
+        """The version claim on the scope row (in the caller's transaction)."""
+        row = self.conn.execute(
+            "UPDATE memory_scopes SET version = version + 1, updated_at = ?"
+            " WHERE tenant_id = 'default' AND user_id = ? AND agent_name = ?"
+            " AND version = ? AND created_at = ? RETURNING version",
+            (now, self.user, AGENT, self.version, self.created_at),
+        ).fetchone()
+        assert row is not None
+        self.version += 1
+
     def save(self, *, claim: bool, fact: bool, event: bool) -> None:
         c = self.conn
         now = stamp()
         c.execute("BEGIN IMMEDIATE")
         if claim:
-            row = c.execute(
-                "UPDATE memory_scopes SET version = version + 1, updated_at = ?"
-                " WHERE tenant_id = 'default' AND user_id = ? AND agent_name = ?"
-                " AND version = ? AND created_at = ? RETURNING version",
-                (now, self.user, AGENT, self.version, self.created_at),
-            ).fetchone()
-            assert row is not None
-            self.version += 1
+            self.claim(now)
         self.n += 1
         fact_id = f"fact_{uuid.uuid4().hex[:12]}"
         content = f"replayed fact {self.n} {uuid.uuid4().hex}"
@@ -178,14 +197,7 @@ class Replay:
         c = self.conn
         now = stamp()
         c.execute("BEGIN IMMEDIATE")
-        row = c.execute(
-            "UPDATE memory_scopes SET version = version + 1, updated_at = ?"
-            " WHERE tenant_id = 'default' AND user_id = ? AND agent_name = ?"
-            " AND version = ? AND created_at = ? RETURNING version",
-            (now, self.user, AGENT, self.version, self.created_at),
-        ).fetchone()
-        assert row is not None
-        self.version += 1
+        self.claim(now)
         c.execute(
             "UPDATE memory_facts SET confidence = ?, updated_at = ? WHERE tenant_id = 'default'"
             " AND user_id = ? AND agent_name = ? AND fact_id = ?",
@@ -240,6 +252,19 @@ def measure(
             times[name].append(time.perf_counter() - start)
             after.get(name, lambda: None)()
     return times
+
+
+def shown(times: dict[str, list[float]], baseline: str, title: str) -> dict[str, float]:
+    """Print ``title`` and each variant's median (p90) and its ratio to ``baseline``'s median;
+    the medians."""
+    med = {name: percentile(t, 50) for name, t in times.items()}
+    print(title)
+    for name, t in times.items():
+        print(
+            f"   {name:42} {fmt(med[name])} ({fmt(percentile(t, 90)).strip()})"
+            f"  {med[name] / med[baseline]:5.2f}x"
+        )
+    return med
 
 
 AUTOMERGE = "INSERT INTO memory_facts_fts (memory_facts_fts, rank) VALUES ('automerge', {})"
@@ -343,15 +368,7 @@ def main() -> int:
         root = Path(folder)
         path = root / "memory.db"
         url = f"sqlite:///{path}"
-        migrations.upgrade(url)
-        with open_storage(url) as storage:
-            for user in (USER, REPLAYED):
-                storage.save(
-                    MemoryDocument(facts=[new_fact(n) for n in range(FACTS)]),
-                    user_id=user,
-                    agent_name=AGENT,
-                    expected_version=0,
-                )
+        seeded(url).close()
         statements = trace_one_add(url)
         print(f"\n1. one add through SQLStorage (a warm cache): {len(statements)} statements")
         for statement in statements:
@@ -425,14 +442,12 @@ def main() -> int:
         storage.close()
         lg.conn.close()
 
-    med = {name: percentile(t, 50) for name, t in times.items()}
+    med = shown(
+        times,
+        "SqliteStore.put (WAL, NORMAL)",
+        f"\n2. median (p90) of {rounds} rounds, variants taking turns; ÷ SqliteStore.put",
+    )
     put = med["SqliteStore.put (WAL, NORMAL)"]
-    print(f"\n2. median (p90) of {rounds} rounds, variants taking turns; ÷ SqliteStore.put")
-    for name, t in times.items():
-        print(
-            f"   {name:42} {fmt(med[name])} ({fmt(percentile(t, 90)).strip()})"
-            f"  {med[name] / put:5.2f}x"
-        )
 
     sql = med["bare: + event row = the save's SQL"]
     parts = [
@@ -485,16 +500,7 @@ def updates(rounds: int) -> int:
     """Section 4: an update of one fact's confidence, whole and as its bare statements."""
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "memory.db"
-        url = f"sqlite:///{path}"
-        migrations.upgrade(url)
-        storage = open_storage(url)
-        for user in (USER, REPLAYED):
-            storage.save(
-                MemoryDocument(facts=[new_fact(n) for n in range(FACTS)]),
-                user_id=user,
-                agent_name=AGENT,
-                expected_version=0,
-            )
+        storage = seeded(f"sqlite:///{path}")
         replay = Replay(path)
         replayed = replay.conn.execute(
             "SELECT fact_id, content FROM memory_facts WHERE user_id = ?", (REPLAYED,)
@@ -535,14 +541,12 @@ def updates(rounds: int) -> int:
         )
         storage.close()
         lg.conn.close()
-    med = {name: percentile(t, 50) for name, t in times.items()}
+    med = shown(
+        times,
+        "SqliteStore.put of a key it holds",
+        f"\n4. an update of one fact's confidence: median (p90) of {rounds} rounds; ÷ that put",
+    )
     put = med["SqliteStore.put of a key it holds"]
-    print(f"\n4. an update of one fact's confidence: median (p90) of {rounds} rounds; ÷ that put")
-    for name, t in times.items():
-        print(
-            f"   {name:42} {fmt(med[name])} ({fmt(percentile(t, 90)).strip()})"
-            f"  {med[name] / put:5.2f}x"
-        )
     rest = (
         med["memory_sql update (load, replace, save)"]
         - med["memory_sql cached load"]
