@@ -243,26 +243,26 @@ class UpdateQueue:
         due = now if immediate else now + self.debounce
         # On PostgreSQL the row may vanish between the two statements (a run completing):
         # then the insert is tried again.
+        bound_key = {f"key_{name}": value for name, value in key.items()}
         for _ in range(3):
             inserted = conn.execute(
-                self._rows.insert_one(
-                    {
-                        **key,
-                        "messages": body,
-                        "correction": signals.correction,
-                        "reinforcement": signals.reinforcement,
-                        "first_enqueued_at": now,
-                        "last_enqueued_at": now,
-                        "due_at": due,
-                        "generation": 1,
-                        "attempts": 0,
-                        "status": "pending",
-                    }
-                )
+                self._rows.insert_one,
+                {
+                    **key,
+                    "messages": body,
+                    "correction": signals.correction,
+                    "reinforcement": signals.reinforcement,
+                    "first_enqueued_at": now,
+                    "last_enqueued_at": now,
+                    "due_at": due,
+                    "generation": 1,
+                    "attempts": 0,
+                    "status": "pending",
+                },
             ).first()
             if inserted is not None:
                 return due
-            row = conn.execute(self._rows.select_for_add(key)).first()
+            row = conn.execute(self._rows.select_for_add, bound_key).first()
             if row is not None:
                 break
         else:
@@ -284,17 +284,16 @@ class UpdateQueue:
         if not immediate:
             due = min(due, first + self.max_wait)
         conn.execute(
-            self._rows.merge(
-                key,
-                {
-                    "messages": body,
-                    "correction": merged.correction,
-                    "reinforcement": merged.reinforcement,
-                    "first_enqueued_at": first,
-                    "last_enqueued_at": now,
-                    "due_at": due,
-                },
-            )
+            self._rows.merge,
+            {
+                **bound_key,
+                "new_messages": body,
+                "new_correction": merged.correction,
+                "new_reinforcement": merged.reinforcement,
+                "new_first_enqueued_at": first,
+                "new_last_enqueued_at": now,
+                "new_due_at": due,
+            },
         )
         return due
 
