@@ -184,3 +184,17 @@ def measured_source() -> str:
         return str(folder)
     state = f"{len(changed)} files changed since" if changed else "clean at"
     return f"{folder} ({state} {commit})"
+
+
+def named_url(url: str, application_name: str) -> str:
+    """``url`` with its connections' ``application_name`` set (seen in pg_stat_activity)."""
+    return f"{url}{'&' if '?' in url else '?'}application_name={application_name}"
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """CPU seconds (user and system) process ``pid`` has used, 0.0 when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

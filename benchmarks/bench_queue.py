@@ -51,7 +51,7 @@ import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import fmt, scratch_postgres
+from _common import cpu_seconds, fmt, named_url, scratch_postgres
 
 from memory_sql import migrations
 from memory_sql.config import QueueSettings
@@ -346,7 +346,7 @@ def concurrent(url: str, runs: int, workers: int, rate: int = 0, lean: bool = Fa
     llm_process.start()
     base_url = ready.get(timeout=120)
     config = MemoryConfig(
-        storage=_named(url, "bench-intake"),
+        storage=named_url(url, "bench-intake"),
         model_name="m",
         llm_base_url=base_url,
         llm_api_key="k",
@@ -356,7 +356,7 @@ def concurrent(url: str, runs: int, workers: int, rate: int = 0, lean: bool = Fa
     processes = [
         spawn.Process(
             target=serve_until_stopped,
-            args=(_named(url, "bench-worker"), base_url, workers, stop, ready, results),
+            args=(named_url(url, "bench-worker"), base_url, workers, stop, ready, results),
         )
         for _ in range(2)
     ]
@@ -374,12 +374,12 @@ def concurrent(url: str, runs: int, workers: int, rate: int = 0, lean: bool = Fa
                     "WHERE datname = current_database()"
                 )
             ).all()
-        spent = {"intake": sum(os.times()[:2]), "worker": 0.0, "llm": _cpu_of(llm_process.pid)}
-        spent["worker"] = sum(_cpu_of(pid) for pid in worker_pids)
+        spent = {"intake": sum(os.times()[:2]), "worker": 0.0, "llm": cpu_seconds(llm_process.pid)}
+        spent["worker"] = sum(cpu_seconds(pid) for pid in worker_pids)
         for pid, name in backends:
             side = {"bench-intake": "pg intake", "bench-worker": "pg worker"}.get(name)
             if side is not None:
-                spent[side] = spent.get(side, 0.0) + _cpu_of(pid)
+                spent[side] = spent.get(side, 0.0) + cpu_seconds(pid)
         return spent
 
     ratios = []
@@ -514,20 +514,6 @@ def round_trips(url: str, updates: int = 200) -> None:
         f"  statements {statements / updates:5.2f}   commits {kinds['COMMIT'] / updates:5.2f}   "
         f"({', '.join(f'{k} {v / updates:.2f}' for k, v in sorted(kinds.items()))})"
     )
-
-
-def _named(url: str, application_name: str) -> str:
-    """``url`` with its connections' ``application_name`` set (seen in pg_stat_activity)."""
-    return f"{url}{'&' if '?' in url else '?'}application_name={application_name}"
-
-
-def _cpu_of(pid: int | None) -> float:
-    """CPU seconds (user and system) process ``pid`` has used, 0.0 when it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _loadavg() -> str:

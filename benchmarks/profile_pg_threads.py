@@ -27,7 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import psycopg
-from _common import libpq_url, measured_source, scratch_postgres
+from _common import cpu_seconds, libpq_url, measured_source, named_url, scratch_postgres
 from bench_peers import (
     AGENT,
     FACTS,
@@ -41,15 +41,9 @@ from bench_peers import (
 
 from memory_sql import MemoryDocument
 
-_TICK = os.sysconf("SC_CLK_TCK")
-
 
 def _option(name: str, default: int) -> int:
     return int(sys.argv[sys.argv.index(name) + 1]) if name in sys.argv else default
-
-
-def named(url: str, application: str) -> str:
-    return f"{url}{'&' if '?' in url else '?'}application_name={application}"
 
 
 def backends_cpu(url: str, application: str) -> float:
@@ -61,12 +55,7 @@ def backends_cpu(url: str, application: str) -> float:
                 "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (application,)
             )
         ]
-    spent = 0.0
-    for pid in pids:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-        spent += (int(fields[11]) + int(fields[12])) / _TICK
-    return spent
+    return sum(map(cpu_seconds, pids))
 
 
 def run_threads(work: list[Callable[[], None]]) -> float:
@@ -107,9 +96,9 @@ def main() -> int:
         lg_url = stack.enter_context(scratch_postgres())
         if ms_url is None or lg_url is None:
             sys.exit("PostgreSQL unreachable")
-        store = memory_store(named(ms_url, "profiled-ms"))
+        store = memory_store(named_url(ms_url, "profiled-ms"))
         stack.callback(store.close)
-        lg = langgraph_postgres(named(libpq_url(lg_url), "profiled-lg"), stack)
+        lg = langgraph_postgres(named_url(libpq_url(lg_url), "profiled-lg"), stack)
         for user in users:
             batch = facts.many(FACTS)
             store.save(MemoryDocument(facts=batch), user_id=user, agent_name=AGENT)
