@@ -50,7 +50,8 @@ from memory_sql import MemoryConfig, migrations
 from memory_sql.database import create_engine
 from memory_sql.schema import memory_facts, memory_scopes
 from memory_sql.schema import memory_pending_updates as pending
-from memory_sql.service import QUEUE_FILE, MemoryService
+from memory_sql.service import MemoryService
+from memory_sql.storage.configured import QUEUE_FILE
 
 OUTAGE_SECONDS = 10.0
 OUTAGE_RATE = 10  # conversations a second
