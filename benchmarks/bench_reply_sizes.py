@@ -48,7 +48,7 @@ def main() -> None:
         sizes.append(tokens)
         print(f"{name:40} {tokens:5} tokens  {lists}")
     config = MemoryConfig()
-    earlier = config.injected_memory_max_tokens + config.guaranteed_token_budget
+    earlier = config.recall.injected_memory_max_tokens + config.recall.guaranteed_token_budget
     earlier += REPLY_OVERHEAD_TOKENS
     longest = max(sizes)
     print(f"\n{len(sizes)} replies: median {sorted(sizes)[len(sizes) // 2]}, longest {longest}")
